@@ -1,0 +1,26 @@
+"""art_hydra: Hydra-configured RL (GRPO-style) and SFT fine-tuning of language models.
+
+Importing the package is cheap (hydra and omegaconf only); torch and the model
+libraries are imported inside the code that trains.
+"""
+
+from art_hydra.config import (
+    ConfigValidationError,
+    Problem,
+    RunConfig,
+    compose,
+    validate,
+    validator,
+)
+from art_hydra.run import train
+
+__all__ = [
+    "ConfigValidationError",
+    "Problem",
+    "RunConfig",
+    "compose",
+    "train",
+    "validate",
+    "validator",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,359 @@
+"""The typed schema of a run: one dataclass per config section.
+
+These dataclasses are the only place where defaults live. The YAML files under
+``conf/`` select and override them; code reads values from the composed config and
+never restates a default. Field names follow Hugging Face ``TrainingArguments`` and
+TRL ``GRPOConfig`` so users can carry their knowledge over. Choices are ``Enum``s
+because OmegaConf rejects ``Literal`` annotations.
+
+This module is on the compose/validate path: it must import nothing heavier than
+``omegaconf`` (no torch, transformers, peft or unsloth).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from omegaconf import MISSING
+
+
+class AlgorithmName(Enum):
+    """Which training algorithm drives the run."""
+
+    rl = "rl"
+    sft = "sft"
+
+
+class BackendName(Enum):
+    """Which library loads and trains the model."""
+
+    torch = "torch"
+    unsloth = "unsloth"
+
+
+class Device(Enum):
+    """Where the model runs; ``auto`` picks CUDA when torch sees a GPU."""
+
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class DType(Enum):
+    """Parameter dtype; ``auto`` uses the checkpoint's dtype (float32 for the tiny model)."""
+
+    auto = "auto"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+class FinetuneMethod(Enum):
+    """Train LoRA adapters or every weight."""
+
+    lora = "lora"
+    full = "full"
+
+
+class SchedulerType(Enum):
+    """Learning-rate schedule, named as in ``transformers.SchedulerType``."""
+
+    constant = "constant"
+    constant_with_warmup = "constant_with_warmup"
+    linear = "linear"
+    cosine = "cosine"
+
+
+class LossType(Enum):
+    """Policy-gradient loss: PPO-style clipped ratio, or CISPO's clipped importance weight."""
+
+    ppo_clip = "ppo_clip"
+    cispo = "cispo"
+
+
+class TaskSource(Enum):
+    """Where a task's examples come from."""
+
+    generated = "generated"
+    jsonl = "jsonl"
+
+
+class ModelSource(Enum):
+    """Where the weights come from: a pretrained checkpoint, or a tiny model built locally."""
+
+    pretrained = "pretrained"
+    tiny = "tiny"
+
+
+class ProgressBar(Enum):
+    """Progress bar: ``auto`` shows it only when stdout is a terminal."""
+
+    auto = "auto"
+    on = "on"
+    off = "off"
+
+
+@dataclass
+class LoraConfig:
+    """LoRA adapter settings (used when ``model.finetune=lora``)."""
+
+    # Adapter rank; higher ranks train more parameters.
+    r: int = 16
+    # LoRA scaling numerator; the update is scaled by alpha / r.
+    alpha: int = 32
+    # Dropout applied to the adapter input, in [0, 1).
+    dropout: float = 0.0
+    # Module names that receive adapters.
+    target_modules: list[str] = field(
+        default_factory=lambda: [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ]
+    )
+    # Modules trained in full next to the adapters (for example lm_head on a fresh model).
+    modules_to_save: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TinyModelConfig:
+    """Architecture of the small Llama built locally, with no hub access."""
+
+    # Width of the residual stream.
+    hidden_size: int = 64
+    # Number of decoder layers.
+    num_layers: int = 2
+    # Attention heads; must divide hidden_size.
+    num_heads: int = 4
+    # Width of the MLP.
+    intermediate_size: int = 256
+    # Standard deviation of the random initialisation.
+    init_std: float = 0.02
+
+
+@dataclass
+class ModelConfig:
+    """Which model to train and how its weights are adapted."""
+
+    # Hugging Face hub id or local path (source=pretrained); a label for source=tiny.
+    name: str = MISSING
+    # pretrained: from_pretrained(name) from a local path or the hub cache; tiny: built locally.
+    source: ModelSource = ModelSource.pretrained
+    # Longest sequence (prompt plus completion) the model will see.
+    max_seq_length: int = 1024
+    # Parameter dtype.
+    dtype: DType = DType.auto
+    # Load the base weights quantised to 4 bits (QLoRA); needs backend=unsloth.
+    load_in_4bit: bool = False
+    # Train LoRA adapters or all weights.
+    finetune: FinetuneMethod = FinetuneMethod.lora
+    # LoRA settings.
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    # Architecture of the model built when source=tiny.
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    # Hub revision (branch, tag or commit) to load.
+    revision: str | None = None
+    # Allow custom modelling code shipped with the checkpoint.
+    trust_remote_code: bool = False
+
+
+@dataclass
+class BackendConfig:
+    """The library that loads and trains the model."""
+
+    # torch: transformers + peft, any device; unsloth: Unsloth's fast kernels, CUDA only.
+    name: BackendName = BackendName.torch
+    # Device to train on.
+    device: Device = Device.auto
+    # Trade compute for memory by recomputing activations in backward.
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class AlgorithmConfig:
+    """Which algorithm the run uses; its settings live in the `rl` or `sft` section."""
+
+    # rl: GRPO-style policy optimisation from rewards; sft: supervised fine-tuning.
+    name: AlgorithmName = AlgorithmName.rl
+
+
+@dataclass
+class TrainerConfig:
+    """Optimisation settings shared by RL and SFT (names as in TrainingArguments)."""
+
+    # Peak learning rate.
+    learning_rate: float = 1e-5
+    # Sequences per forward/backward pass (completions in RL, examples in SFT).
+    per_device_train_batch_size: int = 8
+    # Micro-batches per optimizer step; RL requires 1 (see the README).
+    gradient_accumulation_steps: int = 1
+    # Optimizer steps in the run.
+    max_steps: int = 100
+    # Gradient-norm clipping threshold; 0 disables clipping.
+    max_grad_norm: float = 1.0
+    # AdamW decoupled weight decay.
+    weight_decay: float = 0.0
+    # Steps of linear learning-rate warmup.
+    warmup_steps: int = 0
+    # Learning-rate schedule after warmup.
+    lr_scheduler_type: SchedulerType = SchedulerType.constant
+    # AdamW beta1.
+    adam_beta1: float = 0.9
+    # AdamW beta2.
+    adam_beta2: float = 0.999
+    # AdamW epsilon.
+    adam_epsilon: float = 1e-8
+
+
+@dataclass
+class RLConfig:
+    """GRPO-family settings (names as in TRL's GRPOConfig)."""
+
+    # Completions sampled per prompt; advantages are normalised within each group.
+    num_generations: int = 8
+    # Longest prompt, in tokens; longer prompts are truncated from the left.
+    max_prompt_length: int = 256
+    # Most tokens generated per completion.
+    max_completion_length: int = 256
+    # Sampling temperature for rollouts (also applied to training logprobs).
+    temperature: float = 1.0
+    # Nucleus sampling threshold in (0, 1].
+    top_p: float = 1.0
+    # Top-k sampling; 0 disables it.
+    top_k: int = 0
+    # Weight of the KL penalty to the reference policy; 0 disables it.
+    beta: float = 0.0
+    # Lower clip range of the importance ratio (1 - epsilon).
+    epsilon: float = 0.2
+    # Upper clip range (1 + epsilon_high); unset means epsilon (DAPO's clip-higher when larger).
+    epsilon_high: float | None = None
+    # Policy-gradient loss.
+    loss_type: LossType = LossType.ppo_clip
+    # Divide group-centred rewards by the group's standard deviation.
+    scale_rewards: bool = True
+
+
+@dataclass
+class SFTConfig:
+    """Supervised fine-tuning settings (names as in TRL's SFTConfig)."""
+
+    # Longest training example (prompt plus answer), in tokens; longer ones are truncated.
+    max_length: int = 1024
+    # Compute the loss on answer tokens only, not on the prompt.
+    completion_only_loss: bool = True
+
+
+@dataclass
+class ProducerConfig:
+    """The side that turns prompts into packed training inputs and awaits each step's result."""
+
+    # Shuffle the task's examples before each pass over them.
+    shuffle: bool = True
+    # Completions printed per step for inspection.
+    log_completions: int = 2
+
+
+@dataclass
+class QueueConfig:
+    """The producer <-> trainer channel; every wait on it is bounded by these timeouts."""
+
+    # Seconds the producer waits for one optimizer-step result before raising a stall error.
+    result_timeout_s: float = 600.0
+    # Seconds the trainer waits for the next input before raising a stall error.
+    input_timeout_s: float = 600.0
+    # Inputs that may wait on the queue; 1 keeps training on-policy.
+    maxsize: int = 1
+
+
+@dataclass
+class RewardConfig:
+    """The task's reward function, instantiated by `_target_`."""
+
+    # Dotted path of a function (prompt, completion, answer) -> float.
+    _target_: str = MISSING
+
+
+@dataclass
+class TaskConfig:
+    """What the model is trained on, and how completions are scored."""
+
+    # Short label used in logs and run names.
+    name: str = MISSING
+    # Where examples come from: a generator function or a JSONL file.
+    source: TaskSource = TaskSource.generated
+    # Dotted path of the example generator (source=generated).
+    generator: str | None = None
+    # JSONL file with one {"prompt": ..., "answer": ...} object per line (source=jsonl).
+    path: str | None = None
+    # Examples drawn from the generator.
+    num_examples: int = 2000
+    # Keyword arguments passed to the generator.
+    params: dict[str, Any] = field(default_factory=dict)
+    # Reward function.
+    reward: RewardConfig = field(default_factory=RewardConfig)
+
+
+@dataclass
+class CheckpointConfig:
+    """When and where checkpoints are written."""
+
+    # Save every N optimizer steps; 0 saves only at the end of the run.
+    every_steps: int = 50
+    # Checkpoints kept on disk (oldest deleted first).
+    keep_last: int = 2
+    # Folder inside the run directory.
+    dir: str = "checkpoints"
+
+
+@dataclass
+class LoggingConfig:
+    """What a run reports while it trains."""
+
+    # Write metrics every N steps.
+    every_steps: int = 1
+    # Write TensorBoard event files.
+    tensorboard: bool = True
+    # Draw the reward curve to a PNG at the end.
+    plot: bool = True
+    # Show a progress bar.
+    progress_bar: ProgressBar = ProgressBar.auto
+
+
+@dataclass
+class RunConfig:
+    """A whole run: every section plus the run-level switches."""
+
+    # Model to train.
+    model: ModelConfig = field(default_factory=ModelConfig)
+    # Library that loads and trains it.
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    # RL or SFT.
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    # Optimisation settings.
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    # RL settings (used when algorithm=rl).
+    rl: RLConfig = field(default_factory=RLConfig)
+    # SFT settings (used when algorithm=sft).
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    # Rollout producer.
+    producer: ProducerConfig = field(default_factory=ProducerConfig)
+    # Producer <-> trainer queue.
+    queue: QueueConfig = field(default_factory=QueueConfig)
+    # Training data and reward.
+    task: TaskConfig = field(default_factory=TaskConfig)
+    # Checkpointing.
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # Metrics, TensorBoard and plots.
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    # Seed for model init, sampling and data order.
+    seed: int = 42
+    # Validate and print the resolved config, then exit without training.
+    dry_run: bool = False
+    # Continue from the last complete checkpoint in the run directory.
+    resume: bool = False

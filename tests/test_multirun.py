@@ -1,0 +1,128 @@
+"""--multirun: every point is checked in the parent before any job starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import output_of
+
+
+def _job_dirs(root: Path) -> list[Path]:
+    return sorted(p.parent.parent for p in root.glob("outputs/multirun/*/*/*/.hydra/config.yaml"))
+
+
+def test_preflight_rejects_and_launches_nothing(cli, tmp_path: Path) -> None:
+    proc = cli(
+        "-m",
+        "trainer.gradient_accumulation_steps=1,2",
+        "algorithm=rl,sft",
+        "rl.num_generations=8,1",
+    )
+    out = output_of(proc)
+    assert proc.returncode == 1
+    assert "Pre-flight: 3 of 8 sweep point(s) cannot run." in out
+    # Each invalid point is printed with its overrides and its problems.
+    for index, point in [
+        (1, "trainer.gradient_accumulation_steps=1 algorithm=rl rl.num_generations=1"),
+        (4, "trainer.gradient_accumulation_steps=2 algorithm=rl rl.num_generations=8"),
+        (5, "trainer.gradient_accumulation_steps=2 algorithm=rl rl.num_generations=1"),
+    ]:
+        assert f"Point #{index}: {point}" in out
+    assert "Point #2:" not in out  # sft ignores rl.num_generations
+    assert "would wait on each other forever" in out and "must be at least 2" in out
+    assert "No job was launched" in out and "hydra.sweeper.skip_invalid=true" in out
+    assert "Traceback" not in out
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_skip_invalid_runs_valid_points_and_names_skipped(cli, tmp_path: Path) -> None:
+    proc = cli(
+        "-m",
+        "trainer.gradient_accumulation_steps=1,2",
+        "algorithm=rl,sft",
+        "hydra.sweeper.skip_invalid=true",
+    )
+    out = output_of(proc)
+    assert proc.returncode == 0, out
+    assert "Point #2: trainer.gradient_accumulation_steps=2 algorithm=rl" in out
+    assert "Skipping these 1 point(s); launching the 3 valid one(s)." in out
+    jobs = _job_dirs(tmp_path)
+    assert len(jobs) == 3
+    launched = sorted((j / ".hydra" / "overrides.yaml").read_text() for j in jobs)
+    assert not any("gradient_accumulation_steps=2\n- algorithm=rl" in t for t in launched)
+
+
+def test_dry_run_preflights_whole_sweep_and_launches_nothing(cli, tmp_path: Path) -> None:
+    proc = cli("-m", "trainer.learning_rate=1e-4,1e-3", "algorithm=rl,sft", "dry_run=true")
+    out = output_of(proc)
+    assert proc.returncode == 0, out
+    assert "pre-flight passed for 4 of 4 sweep point(s); nothing was launched" in out
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_type_error_in_one_sweep_value_is_found_before_launch(cli, tmp_path: Path) -> None:
+    proc = cli("-m", "trainer.learning_rate=1e-4,abc")
+    out = output_of(proc)
+    assert proc.returncode == 1
+    assert "Point #1: trainer.learning_rate=abc" in out
+    assert "could not be converted to Float" in out
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_bad_non_swept_override_is_reported_fully(cli, tmp_path: Path) -> None:
+    proc = cli("-m", "algorithm=rl,sft", "trainer.max_stepz=3", "model=huge")
+    out = output_of(proc)
+    assert proc.returncode == 1
+    assert "trainer.max_stepz = 3" in out and "Did you mean trainer.max_steps" in out
+    assert "group 'model' has no option 'huge'" in out
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_sweeper_params_in_config_are_preflighted(cli, tmp_path: Path) -> None:
+    experiments = tmp_path / "my_conf" / "experiment"
+    experiments.mkdir(parents=True)
+    (experiments / "accum_sweep.yaml").write_text(
+        "# @package _global_\nhydra:\n  sweeper:\n    params:\n"
+        "      trainer.gradient_accumulation_steps: 1,3\n"
+    )
+    proc = cli("-m", "--config-dir", str(tmp_path / "my_conf"), "experiment=accum_sweep")
+    out = output_of(proc)
+    assert proc.returncode == 1, out
+    assert "Pre-flight: 1 of 2 sweep point(s) cannot run." in out
+    assert "Point #1: trainer.gradient_accumulation_steps=3" in out
+    # The same from the command line (a new key in a mapping needs '+').
+    proc = cli("-m", "+hydra.sweeper.params={trainer.gradient_accumulation_steps: '1,3'}")
+    assert "Point #1: trainer.gradient_accumulation_steps=3" in output_of(proc)
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_valid_sweep_runs_every_job(cli, tmp_path: Path, launcher: str) -> None:
+    proc = cli("-m", f"hydra/launcher={launcher}", "algorithm=rl,sft", "seed=1,2")
+    out = output_of(proc)
+    assert proc.returncode == 0, out
+    assert len(_job_dirs(tmp_path)) == 4
+
+
+def test_joblib_preflight_rejects_before_workers_start(cli, tmp_path: Path) -> None:
+    proc = cli(
+        "-m", "hydra/launcher=joblib", "algorithm=rl,sft", "trainer.gradient_accumulation_steps=2"
+    )
+    out = output_of(proc)
+    assert proc.returncode == 1
+    assert "Point #0: algorithm=rl trainer.gradient_accumulation_steps=2" in out
+    assert "Joblib" not in out
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_each_job_revalidates_when_preflight_is_bypassed(cli, tmp_path: Path) -> None:
+    # Hydra's own basic sweeper has no pre-flight (like Optuna, which makes points as it
+    # goes): the job itself must refuse the config.
+    proc = cli("-m", "hydra/sweeper=basic", "trainer.gradient_accumulation_steps=1,2")
+    out = output_of(proc)
+    assert proc.returncode == 1
+    assert "Error executing job with overrides: ['trainer.gradient_accumulation_steps=2']" in out
+    assert "RL cannot accumulate gradients" in out
+    assert "The job stopped before loading a model" in out
+    assert "Traceback" not in out
