@@ -27,3 +27,4 @@ test: $(BIN)/art-hydra
 bench: $(BIN)/art-hydra
 	$(BIN)/python bench/cli_rejection.py
 	$(BIN)/python bench/sweep_preflight.py
+	$(BIN)/python bench/engine.py

@@ -16,10 +16,12 @@ from typing import Any
 
 import hydra
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from art_hydra.config.compose import CONFIG_NAME, Composition, compose_and_check, config_path
+from art_hydra.config.composition import CONFIG_NAME, Composition, compose_and_check, config_path
 from art_hydra.config.problems import ConfigValidationError, format_report
+from art_hydra.config.store import register_configs
+from art_hydra.run import resolved_yaml
 
 
 @hydra.main(config_path=config_path(), config_name=CONFIG_NAME, version_base="1.3")
@@ -35,17 +37,21 @@ def main() -> None:
     from hydra._internal.utils import get_args_parser
 
     args = get_args_parser().parse_args()
+    register_configs()  # also for -cp folders, which Hydra loads without importing them
     passthrough = args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
-    if not passthrough and args.config_path is None:
+    primary = args.config_path
+    # A relative -cp is resolved by Hydra against this module; leave that to the job check.
+    checkable = primary is None or primary.startswith("pkg://") or os.path.isabs(primary)
+    if not passthrough and checkable:
         _precheck(args)
     hydra_main()
 
 
 def _precheck(args: Any) -> None:
     """Reject bad configs before Hydra creates anything; serve single-run dry runs."""
-    from art_hydra.config.compose import make_loader
+    from art_hydra.config.composition import make_loader
 
-    loader = make_loader(args.config_dir)
+    loader = make_loader(args.config_dir, args.config_path)
     config_name = args.config_name or CONFIG_NAME
     overrides = list(args.overrides)
     if args.multirun:
@@ -60,15 +66,9 @@ def _precheck(args: Any) -> None:
     if cfg.hydra.mode == RunMode.MULTIRUN:
         return  # the config itself asks for a sweep: the pre-flight sweeper takes over
     if cfg.dry_run:
-        print(dry_run_text(cfg))
+        print(resolved_yaml(cfg))
+        print("dry run: the configuration is valid; nothing was trained or written.")
         sys.exit(0)
-
-
-def dry_run_text(cfg: DictConfig) -> str:
-    """The resolved run config (without Hydra's own node) and a closing verdict."""
-    body = {k: v for k, v in cfg.items() if k != "hydra"}
-    resolved = OmegaConf.to_yaml(OmegaConf.create(body), resolve=True)
-    return f"{resolved}\ndry run: the configuration is valid; nothing was trained or written."
 
 
 def _reject_if_bad(result: Composition) -> None:

@@ -1,36 +1,194 @@
-"""The public training entry point.
+"""A training run, read top to bottom: validate, set up, loop, clean up.
 
-``train(cfg)`` is what every job runs and what Python callers use with a config built
-by hand: it validates first, with the same validators as composition, so no path
-reaches training unvalidated.
+``train(cfg)`` is what every Hydra job runs and what Python callers use with a config
+built by hand. It validates first, with the same validators as composition, so no
+path reaches training unvalidated. Heavy libraries (torch, transformers, peft) are
+imported here, inside the function, never on the compose/validate path.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf
 
-from art_hydra.config.compose import validate
+from art_hydra.config.composition import validate
+from art_hydra.config.schema import AlgorithmName
+
+log = logging.getLogger("art_hydra")
+
+
+class ResumeError(CompactHydraException, FileNotFoundError):
+    """``resume=true`` found nothing to resume from (a user's mistake: no traceback)."""
+
 
 #: How a report raised inside a job ends: the job's folder exists, nothing else does.
 _JOB_FOOTER = "The job stopped before loading a model; nothing was trained."
 
 
-def train(cfg: Any) -> DictConfig:
-    """Validate ``cfg`` and run it; returns the validated, typed config.
+def resolved_yaml(cfg: Any) -> str:
+    """The run config as YAML, without Hydra's node, interpolations resolved where they can
+    be (``${hydra:...}`` values exist only inside a job)."""
+    body = OmegaConf.create({k: v for k, v in cfg.items() if k != "hydra"})
+    try:
+        return OmegaConf.to_yaml(body, resolve=True)
+    except Exception:
+        return OmegaConf.to_yaml(body)
+
+
+def default_run_dir() -> Path:
+    """Hydra's output directory inside a Hydra job, else a fresh ``outputs/<date>/<time>``."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    return Path("outputs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S-%f")
+
+
+def train(cfg: Any, run_dir: str | Path | None = None) -> dict[str, Any]:
+    """Validate ``cfg`` and train; returns a summary (steps, final metrics, paths).
 
     ``cfg`` may be a composed ``DictConfig``, a :class:`~art_hydra.config.schema.RunConfig`
-    or a plain mapping. Until the training engine lands, a valid config is printed,
-    resolved, and nothing is trained.
+    or a plain mapping. With ``dry_run=true`` it prints the resolved config and returns.
     """
-    typed = validate(cfg, footer=_JOB_FOOTER)
-    resolved = OmegaConf.to_yaml(typed, resolve=True)
-    if typed.dry_run:
-        print(f"{resolved}\ndry run: the configuration is valid; nothing was trained.")
-    else:
-        print(
-            f"{resolved}\nconfiguration valid. The training engine is not part of this "
-            "release yet, so nothing was trained."
+    cfg = validate(cfg, footer=_JOB_FOOTER)
+    if cfg.dry_run:
+        print(resolved_yaml(cfg))
+        print("dry run: the configuration is valid; nothing was trained.")
+        return {"dry_run": True}
+    return run_validated(cfg, run_dir)
+
+
+def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[str, Any]:
+    """The run itself, for a config that :func:`train` has validated.
+
+    Public only so tests can drive a configuration the validators would reject (the
+    RL accumulation deadlock) and show that the queue's timeouts still end it.
+    """
+    # ---- setup -----------------------------------------------------------------------
+    import random
+
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from art_hydra.backends import load_model
+    from art_hydra.checkpoint import Checkpointer
+    from art_hydra.metrics import MetricsLog, plot_curve
+    from art_hydra.producer import RLProducer, SFTProducer
+    from art_hydra.queue import StepChannel
+    from art_hydra.rl.sampling import SamplingSettings, suppressed_ids
+    from art_hydra.tasks import build_task
+    from art_hydra.trainer import Objective, Trainer
+
+    hf_logging.disable_progress_bar()  # our own bar, and quiet logs
+    run_dir = Path(run_dir) if run_dir is not None else default_run_dir()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    is_rl = cfg.algorithm.name == AlgorithmName.rl
+
+    task = build_task(cfg.task, cfg.seed)
+    loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=task.charset())
+    # One settings object for rollouts and training logprobs: they must never differ.
+    sampling = SamplingSettings.from_config(cfg.rl, suppressed_ids(loaded.tokenizer))
+    objective = Objective.for_rl(cfg.rl, sampling) if is_rl else Objective.for_sft()
+    trainer = Trainer(loaded, cfg.trainer, objective)
+    capacity = cfg.model.max_seq_length
+    if is_rl:
+        producer: Any = RLProducer(
+            loaded,
+            task,
+            cfg.rl,
+            cfg.producer,
+            sampling,
+            cfg.trainer.per_device_train_batch_size,
+            capacity,
+            cfg.seed,
         )
-    return typed
+    else:
+        producer = SFTProducer(
+            loaded,
+            task,
+            cfg.sft,
+            cfg.producer,
+            cfg.trainer.per_device_train_batch_size,
+            cfg.trainer.gradient_accumulation_steps,
+            capacity,
+            cfg.seed,
+        )
+    checkpoints = Checkpointer(run_dir, cfg.checkpoint)
+    start_step = 0
+    if cfg.resume:
+        latest = checkpoints.latest()
+        if latest is None:
+            raise ResumeError(
+                f"resume=true but {checkpoints.root} holds no complete checkpoint; point "
+                "hydra.run.dir at the run to resume, or drop resume=true"
+            )
+        start_step = checkpoints.load(latest, trainer, producer)["step"]
+        log.info("resumed from %s (step %d)", latest, start_step)
+    metrics = MetricsLog(
+        run_dir, cfg.logging, cfg.trainer.max_steps, resume_step=start_step if cfg.resume else None
+    )
+    channel = StepChannel(cfg.queue, trainer.train_micro)
+    last: dict[str, Any] = {}
+
+    # ---- loop ------------------------------------------------------------------------
+    try:
+        if cfg.trainer.warmup_pass and start_step == 0:
+            first = producer.make_inputs()[0]
+            first.warmup = True
+            channel.put(first)
+            channel.result(step=0)
+        for step in range(start_step + 1, cfg.trainer.max_steps + 1):
+            started = time.perf_counter()
+            inputs = producer.make_inputs()
+            for item in inputs:
+                channel.put(item)
+            result = channel.result(step)
+            elapsed = time.perf_counter() - started
+            last = {
+                "step": result.step,
+                "reward_mean": result.info.get("reward_mean"),
+                "reward_std": result.info.get("reward_std"),
+                "loss": result.loss,
+                "grad_norm": result.grad_norm,
+                "learning_rate": result.learning_rate,
+                "kl": result.kl,
+                "entropy": result.entropy,
+                "clip_fraction": result.clip_fraction,
+                "zero_std_groups": result.info.get("zero_std_groups"),
+                "completion_length": result.info.get("completion_length"),
+                "real_token_share": result.real_token_share,
+                "tokens_per_s": result.trained_tokens / elapsed,
+                "step_time_s": elapsed,
+            }
+            metrics.log(last)
+            if checkpoints.due(step, cfg.trainer.max_steps):
+                checkpoints.save(step, trainer, producer, {"metrics": last})
+    # ---- cleanup ---------------------------------------------------------------------
+    finally:
+        channel.close()
+        metrics.close()
+    plot = (
+        plot_curve(
+            run_dir, "reward_mean" if is_rl else "loss", "reward.png" if is_rl else "loss.png"
+        )
+        if cfg.logging.plot
+        else None
+    )
+    summary = {
+        "run_dir": str(run_dir),
+        "steps": trainer.step,
+        "final": last,
+        "plot": str(plot) if plot else None,
+    }
+    if last:
+        shown = f"reward {last['reward_mean']:.3f}" if is_rl else f"loss {last['loss']:.4f}"
+        print(f"art_hydra: {trainer.step} steps, final {shown}; outputs in {run_dir}")
+    return summary

@@ -18,7 +18,7 @@ import time
 
 from hydra.types import HydraContext, RunMode
 
-from art_hydra.config.compose import CONFIG_NAME, make_loader
+from art_hydra.config.composition import CONFIG_NAME, make_loader
 
 SWEEP = [
     "trainer.learning_rate=1e-4,3e-4,1e-3",

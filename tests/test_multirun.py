@@ -7,6 +7,15 @@ from pathlib import Path
 import pytest
 from conftest import output_of
 
+#: Jobs that really train, but only for a step.
+ONE_STEP = [
+    "trainer.max_steps=1",
+    "checkpoint.every_steps=0",
+    "trainer.per_device_train_batch_size=16",
+    "logging.tensorboard=false",
+    "logging.plot=false",
+]
+
 
 def _job_dirs(root: Path) -> list[Path]:
     return sorted(p.parent.parent for p in root.glob("outputs/multirun/*/*/*/.hydra/config.yaml"))
@@ -42,11 +51,12 @@ def test_skip_invalid_runs_valid_points_and_names_skipped(cli, tmp_path: Path) -
         "trainer.gradient_accumulation_steps=1,2",
         "algorithm=rl,sft",
         "hydra.sweeper.skip_invalid=true",
+        *ONE_STEP,
     )
     out = output_of(proc)
     assert proc.returncode == 0, out
     assert "Point #2: trainer.gradient_accumulation_steps=2 algorithm=rl" in out
-    assert "Skipping these 1 point(s); launching the 3 valid one(s)." in out
+    assert "Skipping these 1 point(s); launching the 3 valid one(s)" in out
     jobs = _job_dirs(tmp_path)
     assert len(jobs) == 3
     launched = sorted((j / ".hydra" / "overrides.yaml").read_text() for j in jobs)
@@ -99,7 +109,7 @@ def test_sweeper_params_in_config_are_preflighted(cli, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("launcher", ["basic", "joblib"])
 def test_valid_sweep_runs_every_job(cli, tmp_path: Path, launcher: str) -> None:
-    proc = cli("-m", f"hydra/launcher={launcher}", "algorithm=rl,sft", "seed=1,2")
+    proc = cli("-m", f"hydra/launcher={launcher}", "algorithm=rl,sft", "seed=1,2", *ONE_STEP)
     out = output_of(proc)
     assert proc.returncode == 0, out
     assert len(_job_dirs(tmp_path)) == 4
@@ -119,10 +129,10 @@ def test_joblib_preflight_rejects_before_workers_start(cli, tmp_path: Path) -> N
 def test_each_job_revalidates_when_preflight_is_bypassed(cli, tmp_path: Path) -> None:
     # Hydra's own basic sweeper has no pre-flight (like Optuna, which makes points as it
     # goes): the job itself must refuse the config.
-    proc = cli("-m", "hydra/sweeper=basic", "trainer.gradient_accumulation_steps=1,2")
+    proc = cli("-m", "hydra/sweeper=basic", "trainer.gradient_accumulation_steps=1,2", *ONE_STEP)
     out = output_of(proc)
     assert proc.returncode == 1
-    assert "Error executing job with overrides: ['trainer.gradient_accumulation_steps=2']" in out
+    assert "Error executing job with overrides: ['trainer.gradient_accumulation_steps=2'," in out
     assert "RL cannot accumulate gradients" in out
     assert "The job stopped before loading a model" in out
     assert "Traceback" not in out

@@ -96,10 +96,10 @@ CASES = [
         ["checkpoint.every_steps=0", "checkpoint.keep_last=1"],
     ),
     (
-        ["trainer.warmup_steps=100"],
+        ["trainer.warmup_steps=300"],
         "trainer.warmup_steps",
         "never reach",
-        ["trainer.warmup_steps=99"],
+        ["trainer.warmup_steps=299"],
     ),
     (["rl.temperature=0"], "rl.temperature", "must be > 0", ["rl.temperature=0.7"]),
     (["rl.top_p=1.5"], "rl.top_p", "(0, 1]", ["rl.top_p=0.95"]),
@@ -139,7 +139,7 @@ CASES = [
         ["task.reward._target_=my_pkg.rewards.exact_match"],
     ),
     (
-        ["model.finetune=lora", "model.lora.target_modules=[]"],
+        ["model.finetune=lora", "model.lora.target_modules=[]", "model.lora.modules_to_save=[]"],
         "model.lora.target_modules",
         "nothing would train",
         [

@@ -4,7 +4,7 @@ Everything in this package is import-light (hydra and omegaconf only) so that a 
 configuration is rejected in a fraction of a second, before torch is ever imported.
 """
 
-from art_hydra.config.compose import compose, validate
+from art_hydra.config.composition import compose, validate
 from art_hydra.config.problems import ConfigValidationError, Problem
 from art_hydra.config.registry import ENTRY_POINT_GROUP, registered_validators, validator
 from art_hydra.config.schema import RunConfig

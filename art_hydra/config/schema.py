@@ -209,6 +209,9 @@ class TrainerConfig:
     adam_beta2: float = 0.999
     # AdamW epsilon.
     adam_epsilon: float = 1e-8
+    # Run one forward/backward on the first input before training (allocates memory,
+    # compiles kernels); changes no weight and no optimizer moment.
+    warmup_pass: bool = False
 
 
 @dataclass

@@ -40,6 +40,13 @@ def suggest_key(parent_type: Any, key: str) -> str | None:
 def unknown_key_problem(path: str, value: Any, parent_type: Any) -> Problem:
     """A key that the schema section does not have, with the nearest real key."""
     parent, _, leaf = path.rpartition(".")
+    if _fields(parent_type) is None:  # an open mapping such as task.params
+        return Problem(
+            key=path,
+            value=value,
+            reason=f"adds a new key to the mapping '{parent}', which Hydra closes once composed.",
+            fix=f"+{path}={_override_value(value)}",
+        )
     section = getattr(parent_type, "__name__", "the config")
     best = suggest_key(parent_type, leaf)
     if best is not None:
@@ -73,13 +80,30 @@ def structural_problems(cfg: DictConfig) -> list[Problem]:
     return list(_walk(cfg, ""))
 
 
-def _walk(node: DictConfig, prefix: str) -> Iterator[Problem]:
-    obj_type = OmegaConf.get_type(node)
+def _join(prefix: str, key: Any, in_list: bool) -> str:
+    if in_list:
+        return f"{prefix}[{key}]"
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
+def _walk(node: DictConfig | ListConfig, prefix: str) -> Iterator[Problem]:
+    in_list = isinstance(node, ListConfig)
+    obj_type = list if in_list else OmegaConf.get_type(node)
     known = _fields(obj_type)
-    for key in node:
+    keys = list(range(len(node))) if in_list else list(node.keys())
+    for name in known or ():
+        if name not in keys:
+            path = _join(prefix, name, False)
+            yield Problem(
+                key=path,
+                value="(deleted)",
+                reason="is part of the schema and cannot be removed: the run reads it.",
+                fix=f"drop the '~{path}' override",
+            )
+    for key in keys:
         if not prefix and key == _HYDRA_KEY:
             continue
-        path = f"{prefix}{key}"
+        path = _join(prefix, key, in_list)
         if known is not None and key not in known:
             yield unknown_key_problem(path, _raw(node, key), obj_type)
             continue
@@ -94,19 +118,28 @@ def _walk(node: DictConfig, prefix: str) -> Iterator[Problem]:
             )
             continue
         if OmegaConf.is_interpolation(node, key):
+            raw = _raw(node, key)
+            if "${hydra:" in str(raw):
+                continue  # Hydra's runtime values exist only inside a job
             try:
                 node[key]
             except OmegaConfBaseException as exc:
                 yield Problem(
                     key=path,
-                    value=_raw(node, key),
+                    value=raw,
                     reason=f"the interpolation cannot be resolved: {str(exc).splitlines()[0]}",
                     fix=f"{path}=<value>, or point the interpolation at an existing key",
                 )
             continue
         child = node[key]
-        if isinstance(child, DictConfig):
-            yield from _walk(child, f"{path}.")
+        if isinstance(child, (DictConfig, ListConfig)):
+            yield from _walk(child, path)
+
+
+def with_schema_defaults(cfg: DictConfig) -> DictConfig:
+    """A copy of ``cfg`` with deleted schema fields restored, for validators to read."""
+    body = {k: v for k, v in cfg.items() if k != _HYDRA_KEY}
+    return OmegaConf.merge(OmegaConf.structured(RunConfig), body)
 
 
 def _raw(node: DictConfig, key: Any) -> Any:
@@ -189,16 +222,15 @@ def leaf_problem(cfg: DictConfig, path: str, value: Any, exc: BaseException) -> 
     current = OmegaConf.select(cfg, path, throw_on_missing=False)
     expected = _expected_type(parent_type, path.rpartition(".")[2])
     if "expected one of" in message:
-        fix = f"{path}=<one of the values listed>"
         choices = message.split("expected one of", 1)[1].strip(" []")
         options = [c.strip() for c in choices.split(",")]
-        close = difflib.get_close_matches(str(value), options, n=1, cutoff=0.0)
-        if close:
-            fix = f"{path}={close[0]}"
+        folded = [o for o in options if o.lower() == str(value).lower()]
+        close = folded or difflib.get_close_matches(str(value), options, n=1, cutoff=0.0)
+        fix = f"{path}={close[0]}" if close else f"{path}=<one of the values listed>"
     elif current is not None and not isinstance(current, (DictConfig, ListConfig)):
         fix = f"{path}={_override_value(getattr(current, 'name', current))}"
         if expected:
-            fix += f" (a {expected})"
+            fix += f" ({'an' if expected[0] in 'aeiou' else 'a'} {expected})"
     else:
         fix = f"{path}=<{expected or 'value'}>"
     return Problem(key=path, value=value, reason=f"{message}.", fix=fix)

@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Iterator
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from art_hydra.config.problems import Problem
 from art_hydra.config.registry import validator
@@ -39,13 +39,46 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+#: Reason given for NaN and infinite numbers (other validators' findings on such a key
+#: are dropped as noise).
+NOT_FINITE = "must be a finite number"
+
+
+@validator
+def numbers_are_finite(cfg: DictConfig) -> Iterator[Problem]:
+    """NaN or infinity slips past every `x > 0` check, so catch it first, anywhere."""
+    for section in cfg:
+        if section == "hydra":
+            continue
+        yield from _non_finite(cfg[section], str(section))
+
+
+def _non_finite(node: object, path: str) -> Iterator[Problem]:
+    if isinstance(node, DictConfig):
+        for key in node:
+            if not OmegaConf.is_missing(node, key) and not OmegaConf.is_interpolation(node, key):
+                yield from _non_finite(node[key], f"{path}.{key}")
+    elif isinstance(node, float) and not math.isfinite(node):
+        yield Problem(
+            path, node, f"{NOT_FINITE}: NaN or infinity cannot train.", f"{path}=<a finite number>"
+        )
+
+
+@validator
+def names_are_not_empty(cfg: DictConfig) -> Iterator[Problem]:
+    for key, hint in (("model.name", "Qwen/Qwen2.5-0.5B-Instruct"), ("task.name", "my_task")):
+        value = OmegaConf.select(cfg, key)
+        if isinstance(value, str) and not value.strip():
+            yield Problem(key, value, "must not be empty.", f"{key}={hint}")
+
+
 @validator
 def rl_rejects_gradient_accumulation(cfg: DictConfig) -> Iterator[Problem]:
     """The founding rule: RL with accumulation deadlocks producer and trainer."""
     gas = cfg.trainer.gradient_accumulation_steps
     if not _is_rl(cfg) or gas <= 1:
         return
-    batch = cfg.trainer.per_device_train_batch_size
+    batch = max(cfg.trainer.per_device_train_batch_size, 1)
     n = cfg.rl.num_generations
     total = batch * gas
     groups = f", {total // n} groups of rl.num_generations={n}" if n > 0 and total % n == 0 else ""
@@ -256,12 +289,14 @@ def sequences_fit_the_model(cfg: DictConfig) -> Iterator[Problem]:
                 f"rl.max_prompt_length={prompt} plus rl.max_completion_length={completion} is "
                 f"{prompt + completion} tokens, longer than model.max_seq_length={limit}: "
                 "rollouts would be cut or overflow the model's positions.",
-                f"model.max_seq_length={prompt + completion} or "
+                f"model.max_seq_length={prompt + completion}"
                 + (
-                    f"rl.max_completion_length={limit - prompt}"
+                    f" or rl.max_completion_length={limit - prompt}"
                     if limit - prompt >= 1
-                    else f"rl.max_prompt_length={limit // 2} "
+                    else f" or rl.max_prompt_length={limit // 2} "
                     f"rl.max_completion_length={limit - limit // 2}"
+                    if limit >= 2
+                    else ""
                 ),
             )
     elif cfg.sft.max_length > limit:
@@ -367,12 +402,17 @@ def tiny_model_shape(cfg: DictConfig) -> Iterator[Problem]:
         head_dim, rest = divmod(tiny.hidden_size, tiny.num_heads)
         heads = [h for h in _divisors(tiny.hidden_size) if (tiny.hidden_size // h) % 2 == 0]
         if rest or head_dim % 2:
+            fix = (
+                f"model.tiny.num_heads={heads[-1]}"
+                if heads
+                else f"model.tiny.hidden_size={tiny.hidden_size + 1} model.tiny.num_heads=1"
+            )
             yield Problem(
                 "model.tiny.num_heads",
                 tiny.num_heads,
                 f"must divide model.tiny.hidden_size={tiny.hidden_size} into heads of even size "
                 "(rotary position embeddings rotate pairs of dimensions).",
-                f"model.tiny.num_heads={heads[-1] if heads else 1}",
+                fix,
             )
 
 
@@ -450,7 +490,7 @@ def checkpoints_happen(cfg: DictConfig) -> Iterator[Problem]:
 def queue_waits_are_bounded(cfg: DictConfig) -> Iterator[Problem]:
     q = cfg.queue
     for key in ("result_timeout_s", "input_timeout_s"):
-        if not q[key] > 0 or math.isinf(q[key]):
+        if not q[key] > 0:
             yield Problem(
                 f"queue.{key}",
                 q[key],

@@ -22,7 +22,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import CompactHydraException
 from omegaconf import OmegaConf
 
-from art_hydra.config.compose import compose_and_check
+from art_hydra.config.composition import compose_and_check
 from art_hydra.config.problems import format_report
 
 log = logging.getLogger(__name__)
@@ -88,10 +88,12 @@ class PreflightSweeper(BasicSweeper):
                     f"{report}\nNo job was launched. Fix the points above, or add "
                     "hydra.sweeper.skip_invalid=true to run the valid ones."
                 )
+            if not valid:
+                raise SweepPreflightError(f"{report}\nNo point is valid; no job was launched.")
             verb = "would launch" if dry_run else "launching"
             log.warning(
-                f"{report}\nSkipping these {len(invalid)} point(s); {verb} "
-                f"the {len(valid)} valid one(s)."
+                f"{report}\nSkipping these {len(invalid)} point(s); {verb} the {len(valid)} "
+                "valid one(s) (job folders are numbered among the launched points)."
             )
         if dry_run:
             lines = "\n".join(f"  ok: {' '.join(pt) or '(no overrides)'}" for pt in valid)

@@ -31,6 +31,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from art_hydra.config.problems import NOTHING_STARTED, ConfigValidationError, Problem
 from art_hydra.config.registry import run_validators
+from art_hydra.config.schema import RunConfig
 from art_hydra.config.store import register_configs
 from art_hydra.config.structure import (
     coerce_to_schema,
@@ -38,7 +39,9 @@ from art_hydra.config.structure import (
     leaf_problem,
     structural_problems,
     unknown_key_problem,
+    with_schema_defaults,
 )
+from art_hydra.config.validators import NOT_FINITE
 
 #: Name of the primary config in ``conf/``.
 CONFIG_NAME = "config"
@@ -58,8 +61,9 @@ def make_loader(config_dir: str | None = None, primary: str | None = None) -> Co
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.utils import create_config_search_path
     from hydra.core.config_search_path import SearchPathQuery
-    from hydra.core.utils import JobRuntime
+    from hydra.core.utils import JobRuntime, setup_globals
 
+    setup_globals()  # Hydra's resolvers (now:, hydra:), as inside a Hydra app
     register_configs()
     search_path = create_config_search_path(primary or config_path())
     if config_dir is not None:
@@ -123,8 +127,21 @@ def compose_and_check(
 
 
 def check(cfg: DictConfig, failed_keys: set[str] | None = None) -> list[Problem]:
-    """Structural problems and every validator's findings for a typed config."""
-    found = structural_problems(cfg) + run_validators(cfg)
+    """Structural problems and every validator's findings.
+
+    A config whose root is not the schema (a user's primary config that left
+    ``art_hydra_schema`` out of its defaults) is fitted onto it first, and validators read
+    a copy with deleted fields restored, so each problem is reported once, by name.
+    """
+    found: list[Problem] = []
+    if OmegaConf.get_type(cfg) is not RunConfig:
+        cfg, found = coerce_to_schema(cfg)
+    structural = structural_problems(cfg)
+    deleted = any(p.value == "(deleted)" for p in structural)
+    found += structural + run_validators(with_schema_defaults(cfg) if deleted else cfg)
+    # A NaN or infinite value trips every range check on its key: report it once.
+    non_finite = {p.key for p in found if p.reason.startswith(NOT_FINITE)}
+    found = [p for p in found if p.key not in non_finite or p.reason.startswith(NOT_FINITE)]
     return drop_shadowed(found, failed_keys or set())
 
 
@@ -256,9 +273,11 @@ def _group_choice_problem(loader: ConfigLoader, override: Override) -> Problem |
 def _group_fix(override: Override) -> str:
     key = override.get_key_element()
     if override.is_add():
-        return f"{key[1:]}={override.get_value_element_as_str()}  (drop the '+': the group is "
-        "already in the defaults list)"
-    return f"check '{key}' against the defaults list in conf/config.yaml"
+        return (
+            f"{key[1:]}={override.get_value_element_as_str()}  (drop the '+': the group is "
+            "already in the defaults list)"
+        )
+    return f"check '{key}' and the config file it selects (named in the reason)"
 
 
 def _value_override_problem(cfg: DictConfig, override: Override, exc: BaseException) -> Problem:
@@ -282,6 +301,13 @@ def _value_override_problem(cfg: DictConfig, override: Override, exc: BaseExcept
     if isinstance(exc, OmegaConfBaseException):
         return leaf_problem(cfg, key, value, exc)
     message = _message(exc)
+    if override.is_delete():
+        return Problem(
+            key=key,
+            value=value,
+            reason=f"cannot be deleted: {message}",
+            fix=f"drop the '{override.input_line}' override",
+        )
     if "Could not override" in message:
         parent_path = key.rpartition(".")[0]
         parent = OmegaConf.select(cfg, parent_path) if parent_path else cfg

@@ -1,0 +1,57 @@
+"""Unsloth backend: fused kernels and 4-bit (QLoRA) loading on a CUDA GPU.
+
+The only module that imports unsloth, and it does so before transformers is touched
+in the process, as Unsloth requires for its patches to apply.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any
+
+from art_hydra.backends.torch_backend import LoadedModel, resolve_device, torch_dtype
+from art_hydra.config.schema import DType, FinetuneMethod, ModelSource
+
+
+def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None) -> LoadedModel:
+    """Load ``cfg.model`` through ``FastLanguageModel`` (the tiny model via a temp folder)."""
+    import unsloth  # noqa: F401  (must precede transformers)
+    from unsloth import FastLanguageModel
+
+    device = resolve_device(backend_cfg.device)
+    name = model_cfg.name
+    keep_alive = None
+    if model_cfg.source == ModelSource.tiny:
+        from art_hydra.backends.tiny import build_model, build_tokenizer
+
+        tokenizer = build_tokenizer(charset)
+        keep_alive = tempfile.TemporaryDirectory(prefix="art_hydra_tiny_")
+        build_model(model_cfg, tokenizer, seed).save_pretrained(keep_alive.name)
+        tokenizer.save_pretrained(keep_alive.name)
+        name = keep_alive.name
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=name,
+        max_seq_length=model_cfg.max_seq_length,
+        dtype=None if model_cfg.dtype == DType.auto else torch_dtype(model_cfg.dtype),
+        load_in_4bit=model_cfg.load_in_4bit,
+        full_finetuning=model_cfg.finetune == FinetuneMethod.full,
+    )
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    is_peft = model_cfg.finetune == FinetuneMethod.lora
+    if is_peft:
+        lora = model_cfg.lora
+        model = FastLanguageModel.get_peft_model(
+            model,
+            r=lora.r,
+            lora_alpha=lora.alpha,
+            lora_dropout=lora.dropout,
+            target_modules=list(lora.target_modules),
+            modules_to_save=list(lora.modules_to_save) or None,
+            use_gradient_checkpointing="unsloth" if backend_cfg.gradient_checkpointing else False,
+            random_state=seed,
+        )
+    if keep_alive is not None:
+        keep_alive.cleanup()
+    return LoadedModel(model=model, tokenizer=tokenizer, device=device, is_peft=is_peft)

@@ -1,0 +1,118 @@
+"""The run's record: metrics.jsonl, TensorBoard events, a progress bar, the final plot."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from art_hydra.config.schema import ProgressBar
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class MetricsLog:
+    """Writes one JSON line (and TensorBoard scalars) per logged step; reads ``cfg.logging``."""
+
+    def __init__(
+        self, run_dir: Path, logging_cfg: Any, max_steps: int, resume_step: int | None = None
+    ) -> None:
+        self.cfg = logging_cfg
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / METRICS_FILE
+        start = resume_step or 0
+        if resume_step is not None:
+            # Drop lines written after the checkpoint: the resumed run writes them again.
+            kept = [m for m in read_metrics(self.run_dir) if m["step"] <= resume_step]
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(json.dumps(m) + "\n" for m in kept))
+            os.replace(tmp, self.path)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self._writer = None
+        if logging_cfg.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(
+                log_dir=str(self.run_dir / "tensorboard"),
+                purge_step=start + 1 if resume_step is not None else None,
+            )
+        show = {ProgressBar.on: True, ProgressBar.off: False}.get(
+            logging_cfg.progress_bar, sys.stdout.isatty()
+        )
+        self._bar = None
+        if show:
+            import shutil
+
+            from tqdm import tqdm
+
+            # shutil falls back to 80 columns where a terminal reports a size of 0.
+            width = shutil.get_terminal_size().columns
+            self._bar = tqdm(total=max_steps, initial=start, unit="step", ncols=width)
+
+    def log(self, record: dict[str, Any]) -> None:
+        step = record["step"]
+        if self._bar is not None:
+            self._bar.update(1)
+            postfix = {"loss": f"{record['loss']:.4f}", "tok/s": f"{record['tokens_per_s']:.0f}"}
+            if record.get("reward_mean") is not None:
+                postfix = {"reward": f"{record['reward_mean']:.3f}", **postfix}
+            self._bar.set_postfix(postfix)
+        if step % self.cfg.every_steps:
+            return
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        if self._writer is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
+                    self._writer.add_scalar(f"train/{key}", value, step)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        if self._writer is not None:
+            self._writer.close()
+        self._file.close()
+
+
+def plot_curve(run_dir: Path, key: str, filename: str) -> Path | None:
+    """Draw ``key`` (with its std band when logged) against step into a PNG, atomically."""
+    rows = [m for m in read_metrics(run_dir) if m.get(key) is not None]
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [m["step"] for m in rows]
+    values = [m[key] for m in rows]
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
+    ax.plot(steps, values, label=key)
+    std_key = key.replace("_mean", "_std")
+    if std_key != key and all(std_key in m for m in rows):
+        std = [m[std_key] for m in rows]
+        low = [v - s for v, s in zip(values, std, strict=True)]
+        high = [v + s for v, s in zip(values, std, strict=True)]
+        ax.fill_between(steps, low, high, alpha=0.2, label=std_key)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel(key)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best")
+    fig.tight_layout()
+    target = Path(run_dir) / filename
+    tmp = target.with_name(f".{target.stem}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, target)
+    return target

@@ -1,0 +1,173 @@
+"""Packing: several sequences per row, each attending only to itself.
+
+Rows are filled first-fit-decreasing, at the width (up to a capacity) that wastes the
+fewest slots, and padded only to the longest row, so little compute goes to padding.
+Each sequence keeps its own positions (0, 1, ...) and a block-diagonal causal mask
+confines attention to it, so a packed forward gives each sequence the same logits as
+running it alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Sequence:
+    """One training sequence: prompt followed by completion."""
+
+    #: Token ids, prompt first.
+    tokens: list[int]
+    #: How many leading tokens are prompt (not trained on, unless ``train_prompt``).
+    prompt_len: int
+    #: The sequence's advantage (RL); the same for each of its completion tokens.
+    advantage: float = 0.0
+    #: Logprob of each completion token when it was sampled (RL).
+    old_logprobs: list[float] | None = None
+    #: Train on prompt tokens too (SFT without completion_only_loss).
+    train_prompt: bool = False
+
+
+@dataclass
+class PackedBatch:
+    """One micro-batch of packed rows, ready for the trainer."""
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    #: Which sequence each position belongs to (-1 for padding).
+    seq_ids: torch.Tensor
+    #: Next token at each position (0 where there is none).
+    targets: torch.Tensor
+    #: 1.0 where the target is trained on.
+    loss_mask: torch.Tensor
+    advantages: torch.Tensor
+    old_logprobs: torch.Tensor
+    #: Real (non-padding) tokens.
+    real_tokens: int
+    #: Trained-on tokens of the whole optimizer step this micro-batch belongs to.
+    step_loss_tokens: float = 0.0
+    #: A warmup pass: forward/backward only, no weight or optimizer change.
+    warmup: bool = False
+    #: Producer-side numbers reported with the step's result.
+    info: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def loss_tokens(self) -> float:
+        return float(self.loss_mask.sum())
+
+    @property
+    def real_token_share(self) -> float:
+        return self.real_tokens / self.input_ids.numel()
+
+    def attention_mask(self) -> torch.Tensor:
+        """Block-diagonal causal mask, [rows, 1, L, L] booleans (True = may attend)."""
+        seq = self.seq_ids
+        length = seq.shape[1]
+        causal = torch.ones(length, length, dtype=torch.bool, device=seq.device).tril()
+        same = seq.unsqueeze(-1) == seq.unsqueeze(-2)
+        real = (seq >= 0).unsqueeze(-1)
+        eye = torch.eye(length, dtype=torch.bool, device=seq.device)
+        # Padding attends to itself only, so its softmax row is never empty (no NaN).
+        return ((causal & same & real) | eye).unsqueeze(1)
+
+    def to(self, device: torch.device) -> PackedBatch:
+        for name in (
+            "input_ids",
+            "position_ids",
+            "seq_ids",
+            "targets",
+            "loss_mask",
+            "advantages",
+            "old_logprobs",
+        ):
+            setattr(self, name, getattr(self, name).to(device))
+        return self
+
+
+def _first_fit_decreasing(sizes: list[int], width: int) -> tuple[list[list[int]], list[int]]:
+    rows: list[list[int]] = []
+    fill: list[int] = []
+    for index in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        for r, used in enumerate(fill):
+            if used + sizes[index] <= width:
+                rows[r].append(index)
+                fill[r] += sizes[index]
+                break
+        else:
+            rows.append([index])
+            fill.append(sizes[index])
+    return rows, fill
+
+
+def _best_rows(sizes: list[int], capacity: int) -> tuple[list[list[int]], list[int]]:
+    """First-fit decreasing at the row width that wastes the fewest slots.
+
+    Filling rows to ``capacity`` can leave the last row nearly empty; a slightly
+    narrower width that spreads the same tokens evenly pads less.
+    """
+    total, longest = sum(sizes), max(sizes)
+    fewest = -(-total // capacity)
+    widths = {capacity}
+    for rows in range(fewest, fewest + 3):
+        for slack in (0, 1, 2, 4):
+            widths.add(min(capacity, max(longest, -(-total // rows) + slack)))
+    best: tuple[int, list[list[int]], list[int]] | None = None
+    for width in sorted(widths):
+        rows_, fill = _first_fit_decreasing(sizes, width)
+        slots = len(rows_) * max(fill)
+        if best is None or slots < best[0]:
+            best = (slots, rows_, fill)
+    assert best is not None
+    return best[1], best[2]
+
+
+def pack(sequences: list[Sequence], capacity: int, pad_id: int) -> PackedBatch:
+    """Pack ``sequences`` into rows of at most ``capacity`` tokens."""
+    if not sequences:
+        raise ValueError("nothing to pack")
+    too_long = [len(s.tokens) for s in sequences if len(s.tokens) > capacity]
+    if too_long:
+        raise ValueError(
+            f"a sequence of {max(too_long)} tokens does not fit a row of {capacity} "
+            "(model.max_seq_length)"
+        )
+    sizes = [len(s.tokens) for s in sequences]
+    rows, fill = _best_rows(sizes, capacity)
+    width = max(fill)
+    shape = (len(rows), width)
+    input_ids = torch.full(shape, pad_id, dtype=torch.long)
+    position_ids = torch.zeros(shape, dtype=torch.long)
+    seq_ids = torch.full(shape, -1, dtype=torch.long)
+    targets = torch.zeros(shape, dtype=torch.long)
+    loss_mask = torch.zeros(shape)
+    advantages = torch.zeros(shape)
+    old_logprobs = torch.zeros(shape)
+    for r, members in enumerate(rows):
+        offset = 0
+        for index in members:
+            seq = sequences[index]
+            n, p = len(seq.tokens), seq.prompt_len
+            span = slice(offset, offset + n)
+            input_ids[r, span] = torch.tensor(seq.tokens)
+            position_ids[r, span] = torch.arange(n)
+            seq_ids[r, span] = index
+            # Position i predicts token i + 1 of the same sequence.
+            targets[r, offset : offset + n - 1] = torch.tensor(seq.tokens[1:])
+            first = 0 if seq.train_prompt else p - 1
+            loss_mask[r, offset + first : offset + n - 1] = 1.0
+            advantages[r, offset : offset + n - 1] = seq.advantage
+            if seq.old_logprobs is not None:
+                old_logprobs[r, offset + p - 1 : offset + n - 1] = torch.tensor(seq.old_logprobs)
+            offset += n
+    return PackedBatch(
+        input_ids=input_ids,
+        position_ids=position_ids,
+        seq_ids=seq_ids,
+        targets=targets,
+        loss_mask=loss_mask,
+        advantages=advantages,
+        old_logprobs=old_logprobs,
+        real_tokens=sum(fill),
+    )

@@ -1,0 +1,222 @@
+"""The producer: prompts -> rollouts -> rewards -> advantages -> packed inputs.
+
+It reads ``cfg.producer`` plus the algorithm's own section for rollout settings. RL
+makes one input per optimizer step (whole groups of ``rl.num_generations`` completions
+of the same prompt); SFT makes ``gradient_accumulation_steps`` micro-batch inputs per
+step. The run puts them on the queue and waits for the step's result.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from art_hydra.packing import PackedBatch, Sequence, pack
+from art_hydra.rl.advantages import group_advantages
+from art_hydra.rl.sampling import SamplingSettings, sample
+from art_hydra.tasks import Example, Task
+from art_hydra.trainer import eval_mode
+
+
+class ExampleStream:
+    """Examples in a reproducible order: epoch ``e`` is shuffled with seed ``seed + e``.
+
+    Its whole state is (epoch, position), so a checkpoint restores it exactly.
+    """
+
+    def __init__(self, examples: list[Example], seed: int, shuffle: bool) -> None:
+        self.examples = examples
+        self.seed = seed
+        self.shuffle = shuffle
+        self.epoch = 0
+        self.position = 0
+        self._order = self._make_order()
+
+    def _make_order(self) -> list[int]:
+        order = list(range(len(self.examples)))
+        if self.shuffle:
+            random.Random(self.seed + self.epoch).shuffle(order)
+        return order
+
+    def take(self, n: int) -> list[Example]:
+        out = []
+        for _ in range(n):
+            if self.position == len(self._order):
+                self.epoch, self.position = self.epoch + 1, 0
+                self._order = self._make_order()
+            out.append(self.examples[self._order[self.position]])
+            self.position += 1
+        return out
+
+    def state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state(self, state: dict[str, int]) -> None:
+        self.epoch, self.position = state["epoch"], state["position"]
+        self._order = self._make_order()
+
+
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    """Prompt ids; instruct models get their chat template, the tiny model plain text."""
+    if getattr(tokenizer, "chat_template", None):
+        return list(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}],
+                add_generation_prompt=True,
+                tokenize=True,
+            )
+        )
+    return list(tokenizer(text)["input_ids"])
+
+
+@dataclass
+class Rollouts:
+    """One step's sampled completions and their scores."""
+
+    prompts: list[str]
+    completions: list[str]
+    rewards: list[float]
+    zero_std_groups: int
+    completion_tokens: int
+
+
+class RLProducer:
+    """Samples groups from the current policy and packs them with their advantages."""
+
+    def __init__(
+        self,
+        loaded: Any,
+        task: Task,
+        rl_cfg: Any,
+        producer_cfg: Any,
+        sampling: SamplingSettings,
+        completions_per_step: int,
+        capacity: int,
+        seed: int,
+    ) -> None:
+        self.loaded = loaded
+        self.task = task
+        self.rl = rl_cfg
+        self.log_completions = producer_cfg.log_completions
+        self.groups = completions_per_step // rl_cfg.num_generations
+        self.capacity = capacity
+        self.sampling = sampling
+        self.stream = ExampleStream(task.examples, seed, producer_cfg.shuffle)
+        self.generator = torch.Generator(device=loaded.device).manual_seed(seed)
+        self.last: Rollouts | None = None
+
+    def make_inputs(self) -> list[PackedBatch]:
+        tok = self.loaded.tokenizer
+        n = self.rl.num_generations
+        examples = self.stream.take(self.groups)
+        prompt_ids = [
+            encode_prompt(tok, ex.prompt)[-self.rl.max_prompt_length :] for ex in examples
+        ]
+        repeated = [ids for ids in prompt_ids for _ in range(n)]
+        with eval_mode(self.loaded.model) as model:
+            completions, logprobs = sample(
+                model,
+                repeated,
+                self.rl.max_completion_length,
+                self.sampling,
+                tok.eos_token_id,
+                tok.pad_token_id,
+                self.generator,
+            )
+        texts = tok.batch_decode(completions, skip_special_tokens=True)
+        rewards = [
+            float(self.task.reward(ex.prompt, text, ex.answer))
+            for ex, text in zip((ex for ex in examples for _ in range(n)), texts, strict=True)
+        ]
+        advantages, zero_groups = group_advantages(rewards, n, self.rl.scale_rewards)
+        sequences = [
+            Sequence(tokens=p + c, prompt_len=len(p), advantage=a, old_logprobs=lp)
+            for p, c, a, lp in zip(repeated, completions, advantages, logprobs, strict=True)
+        ]
+        batch = pack(sequences, self.capacity, tok.pad_token_id)
+        batch.step_loss_tokens = batch.loss_tokens
+        mean = sum(rewards) / len(rewards)
+        std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
+        batch.info = {
+            "reward_mean": mean,
+            "reward_std": std,
+            "zero_std_groups": float(zero_groups),
+            "completion_length": sum(len(c) for c in completions) / len(completions),
+        }
+        self.last = Rollouts(
+            prompts=[ex.prompt for ex in examples],
+            completions=texts[::n],
+            rewards=rewards,
+            zero_std_groups=zero_groups,
+            completion_tokens=sum(len(c) for c in completions),
+        )
+        return [batch]
+
+    def state(self) -> dict[str, Any]:
+        return {"stream": self.stream.state()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.stream.load_state(state["stream"])
+
+
+class SFTProducer:
+    """Packs (prompt, answer) examples; one input per accumulation micro-batch."""
+
+    def __init__(
+        self,
+        loaded: Any,
+        task: Task,
+        sft_cfg: Any,
+        producer_cfg: Any,
+        batch_size: int,
+        accumulation: int,
+        capacity: int,
+        seed: int,
+    ) -> None:
+        missing = [ex.prompt for ex in task.examples if ex.answer is None]
+        if missing:
+            raise ValueError(
+                f"SFT trains on reference answers, but {len(missing)} example(s) of task "
+                f"{task.name!r} have none (first prompt: {missing[0]!r})"
+            )
+        self.loaded = loaded
+        self.sft = sft_cfg
+        self.batch_size = batch_size
+        self.accumulation = accumulation
+        self.capacity = min(capacity, sft_cfg.max_length)
+        self.stream = ExampleStream(task.examples, seed, producer_cfg.shuffle)
+        self.generator = None
+        self.last = None
+
+    def sequence(self, example: Example) -> Sequence:
+        tok = self.loaded.tokenizer
+        prompt = encode_prompt(tok, example.prompt)
+        answer = list(tok(example.answer or "", add_special_tokens=False)["input_ids"])
+        tokens = (prompt + answer + [tok.eos_token_id])[: self.sft.max_length]
+        return Sequence(
+            tokens=tokens,
+            prompt_len=min(len(prompt), len(tokens) - 1),
+            train_prompt=not self.sft.completion_only_loss,
+        )
+
+    def make_inputs(self) -> list[PackedBatch]:
+        pad = self.loaded.tokenizer.pad_token_id
+        micro = [
+            pack(
+                [self.sequence(ex) for ex in self.stream.take(self.batch_size)], self.capacity, pad
+            )
+            for _ in range(self.accumulation)
+        ]
+        total = sum(b.loss_tokens for b in micro)
+        for b in micro:
+            b.step_loss_tokens = total
+        return micro
+
+    def state(self) -> dict[str, Any]:
+        return {"stream": self.stream.state()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.stream.load_state(state["stream"])

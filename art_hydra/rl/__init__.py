@@ -1,0 +1,1 @@
+"""GRPO-family pieces: logits processing and sampling, group advantages, losses."""

@@ -1,0 +1,88 @@
+"""Policy-gradient losses (PPO-clip, CISPO) with an optional KL to the reference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from art_hydra.config.schema import LossType
+
+#: Log-ratios are clamped to +-this before exponentiation, so one wild token cannot
+#: overflow the ratio (exp(20) is about 5e8).
+LOG_RATIO_CLAMP = 20.0
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or infinite; raised instead of stepping on garbage."""
+
+
+@dataclass(frozen=True)
+class PolicyLossSettings:
+    """The loss knobs of the ``rl`` section."""
+
+    loss_type: LossType
+    epsilon: float
+    epsilon_high: float
+    beta: float
+
+    @classmethod
+    def from_config(cls, rl_cfg) -> PolicyLossSettings:  # type: ignore[no-untyped-def]
+        high = rl_cfg.epsilon if rl_cfg.epsilon_high is None else rl_cfg.epsilon_high
+        return cls(rl_cfg.loss_type, rl_cfg.epsilon, high, rl_cfg.beta)
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    settings: PolicyLossSettings,
+    num_tokens: float,
+    ref_logprobs: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Sum of per-token losses over ``mask``, divided by ``num_tokens`` (all tokens of
+    the optimizer step, so accumulation splits the same mean).
+
+    PPO-clip: ``-min(r A, clip(r, 1-eps, 1+eps_high) A)``. CISPO: the importance weight
+    ``min(r, 1+eps_high)`` is detached and multiplies ``A log p``, so clipped tokens still
+    pass gradient. With ``beta > 0`` the k3 estimator of KL(policy || reference) is added.
+    """
+    log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    if settings.loss_type == LossType.cispo:
+        weight = ratio.clamp(max=1 + settings.epsilon_high).detach()
+        per_token = -weight * advantages * logprobs
+    else:
+        clipped = ratio.clamp(1 - settings.epsilon, 1 + settings.epsilon_high)
+        per_token = -torch.min(ratio * advantages, clipped * advantages)
+    kl = torch.zeros_like(per_token)
+    if settings.beta > 0 and ref_logprobs is not None:
+        delta = (ref_logprobs - logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        kl = torch.exp(delta) - delta - 1
+        per_token = per_token + settings.beta * kl
+    loss = (per_token * mask).sum() / num_tokens
+    if not torch.isfinite(loss):
+        raise NonFiniteLossError(
+            f"the RL loss is {loss.item()} (largest |log-ratio| {log_ratio.abs().max().item():.3g}"
+            f", largest |advantage| {advantages.abs().max().item():.3g}); the step was not taken"
+        )
+    masked = mask.sum().clamp(min=1)
+    with torch.no_grad():
+        clip_low = (ratio < 1 - settings.epsilon) & (advantages < 0)
+        clip_high = (ratio > 1 + settings.epsilon_high) & (advantages > 0)
+        stats = {
+            "kl": float((kl * mask).sum() / masked),
+            "clip_fraction": float(((clip_low | clip_high).float() * mask).sum() / masked),
+        }
+    return loss, stats
+
+
+def sft_loss(
+    logprobs: torch.Tensor, mask: torch.Tensor, num_tokens: float
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Cross-entropy on masked tokens, divided by the step's token count."""
+    loss = -(logprobs * mask).sum() / num_tokens
+    if not torch.isfinite(loss):
+        raise NonFiniteLossError(f"the SFT loss is {loss.item()}; the step was not taken")
+    return loss, {"kl": 0.0, "clip_fraction": 0.0}

@@ -1,0 +1,235 @@
+"""The trainer: forward, loss, backward and one optimizer step per result.
+
+It reads ``cfg.trainer`` (optimisation) and is handed an objective (RL or SFT). Inputs
+are micro-batches of packed rows; after ``gradient_accumulation_steps`` of them it
+clips, steps the optimizer and scheduler, and returns one :class:`StepResult`. A
+warmup input runs forward and backward only and returns a result without touching the
+weights or the optimizer's moments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from art_hydra.backends.torch_backend import LoadedModel
+from art_hydra.packing import PackedBatch
+from art_hydra.rl.losses import PolicyLossSettings, policy_loss, sft_loss
+from art_hydra.rl.sampling import SamplingSettings, token_logprobs
+
+
+@dataclass
+class StepResult:
+    """What the trainer reports for one optimizer step (or the warmup pass)."""
+
+    step: int
+    loss: float
+    grad_norm: float
+    learning_rate: float
+    kl: float
+    entropy: float
+    clip_fraction: float
+    real_token_share: float
+    trained_tokens: int
+    train_time_s: float
+    warmup: bool = False
+    info: dict[str, float] = field(default_factory=dict)
+
+
+class Objective:
+    """RL or SFT loss for a packed micro-batch."""
+
+    def __init__(self, sampling: SamplingSettings, rl: PolicyLossSettings | None) -> None:
+        self.sampling = sampling
+        self.rl = rl
+
+    @classmethod
+    def for_rl(cls, rl_cfg: Any, sampling: SamplingSettings) -> Objective:
+        """RL objective; ``sampling`` must be the producer's, so logprobs match rollouts."""
+        return cls(sampling, PolicyLossSettings.from_config(rl_cfg))
+
+    @classmethod
+    def for_sft(cls) -> Objective:
+        return cls(SamplingSettings(), None)
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.rl is not None and self.rl.beta > 0
+
+
+def packed_logprobs(
+    model: Any, batch: PackedBatch, sampling: SamplingSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-position logprob of the next token (and entropy) from one packed forward."""
+    logits = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask(),
+        position_ids=batch.position_ids,
+    ).logits
+    return token_logprobs(logits, batch.targets, sampling)
+
+
+def build_optimizer(model: Any, trainer_cfg: Any) -> tuple[Any, Any]:
+    """AdamW over the trainable parameters, and the learning-rate schedule."""
+    from transformers import get_scheduler
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        params,
+        lr=trainer_cfg.learning_rate,
+        betas=(trainer_cfg.adam_beta1, trainer_cfg.adam_beta2),
+        eps=trainer_cfg.adam_epsilon,
+        weight_decay=trainer_cfg.weight_decay,
+    )
+    scheduler = get_scheduler(
+        trainer_cfg.lr_scheduler_type.value,
+        optimizer,
+        num_warmup_steps=trainer_cfg.warmup_steps,
+        num_training_steps=trainer_cfg.max_steps,
+    )
+    return optimizer, scheduler
+
+
+class Trainer:
+    """Owns the optimizer; :meth:`train_micro` is what the queue's thread runs."""
+
+    def __init__(self, loaded: LoadedModel, trainer_cfg: Any, objective: Objective) -> None:
+        self.loaded = loaded
+        self.model = loaded.model
+        self.cfg = trainer_cfg
+        self.objective = objective
+        self.optimizer, self.scheduler = build_optimizer(self.model, trainer_cfg)
+        self.reference = self._build_reference() if objective.needs_reference else None
+        self.step = 0
+        self._micro = 0
+        self._acc: dict[str, float] = {}
+
+    def _build_reference(self) -> Any:
+        """The frozen reference policy: the base model under the adapters, or a copy."""
+        if self.loaded.is_peft:
+            return None  # computed with the adapters disabled
+        import copy
+
+        ref = copy.deepcopy(self.model).eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        return ref
+
+    def _reference_logprobs(self, batch: PackedBatch) -> torch.Tensor:
+        with torch.no_grad():
+            if self.loaded.is_peft:
+                with self.model.disable_adapter():
+                    return packed_logprobs(self.model, batch, self.objective.sampling)[0]
+            return packed_logprobs(self.reference, batch, self.objective.sampling)[0]
+
+    def loss(self, batch: PackedBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """The micro-batch's share of the step loss, and its statistics."""
+        batch.to(self.loaded.device)
+        logprobs, entropy = packed_logprobs(self.model, batch, self.objective.sampling)
+        mask = batch.loss_mask
+        denominator = batch.step_loss_tokens or float(mask.sum().clamp(min=1))
+        if self.objective.rl is not None:
+            ref = self._reference_logprobs(batch) if self.objective.needs_reference else None
+            loss, stats = policy_loss(
+                logprobs,
+                batch.old_logprobs,
+                batch.advantages,
+                mask,
+                self.objective.rl,
+                denominator,
+                ref,
+            )
+        else:
+            loss, stats = sft_loss(logprobs, mask, denominator)
+        masked = float(mask.sum().clamp(min=1))
+        stats["entropy"] = float((entropy.detach() * mask).sum()) / masked
+        stats["loss_tokens"] = float(mask.sum())
+        return loss, stats
+
+    def train_micro(self, batch: PackedBatch) -> StepResult | None:
+        """Process one input; return a result when an optimizer step completes."""
+        start = time.perf_counter()
+        self.model.train()
+        loss, stats = self.loss(batch)
+        loss.backward()
+        if batch.warmup:
+            self.optimizer.zero_grad(set_to_none=True)
+            return self._result(loss.item(), 0.0, stats, batch, start, warmup=True)
+        for key, value in (
+            ("loss", loss.item()),
+            ("tokens", batch.real_tokens),
+            ("slots", batch.input_ids.numel()),
+            ("time", 0.0),
+        ):
+            self._acc[key] = self._acc.get(key, 0.0) + value
+        for key in ("kl", "entropy", "clip_fraction"):
+            weight = stats["loss_tokens"]
+            self._acc[key] = self._acc.get(key, 0.0) + stats[key] * weight
+        self._acc["loss_tokens"] = self._acc.get("loss_tokens", 0.0) + stats["loss_tokens"]
+        self._acc["time"] += time.perf_counter() - start
+        self._micro += 1
+        if self._micro < self.cfg.gradient_accumulation_steps:
+            return None
+        step_start = time.perf_counter()
+        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf")
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        acc, self._acc, self._micro = self._acc, {}, 0
+        tokens = max(acc["loss_tokens"], 1.0)
+        return StepResult(
+            step=self.step,
+            loss=acc["loss"],
+            grad_norm=grad_norm,
+            learning_rate=lr,
+            kl=acc["kl"] / tokens,
+            entropy=acc["entropy"] / tokens,
+            clip_fraction=acc["clip_fraction"] / tokens,
+            real_token_share=acc["tokens"] / acc["slots"],
+            trained_tokens=int(acc["tokens"]),
+            train_time_s=acc["time"] + time.perf_counter() - step_start,
+            info=dict(batch.info),
+        )
+
+    def _result(
+        self,
+        loss: float,
+        grad_norm: float,
+        stats: dict[str, float],
+        batch: PackedBatch,
+        start: float,
+        warmup: bool,
+    ) -> StepResult:
+        return StepResult(
+            step=self.step,
+            loss=loss,
+            grad_norm=grad_norm,
+            learning_rate=self.scheduler.get_last_lr()[0],
+            kl=stats["kl"],
+            entropy=stats["entropy"],
+            clip_fraction=stats["clip_fraction"],
+            real_token_share=batch.real_token_share,
+            trained_tokens=batch.real_tokens,
+            train_time_s=time.perf_counter() - start,
+            warmup=warmup,
+            info=dict(batch.info),
+        )
+
+
+@contextlib.contextmanager
+def eval_mode(model: Any):  # type: ignore[no-untyped-def]
+    """Evaluation mode for rollouts, restored afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)

@@ -1,0 +1,102 @@
+"""The training engine on the default run: queue overhead, RL tokens/s, packing share.
+
+Measured in one process on the default config (tiny model, reverse task, 128
+completions per step), interleaved so machine load affects both sides alike:
+
+1. queue overhead: one optimizer step through the queue protocol (put the input on the
+   queue, the trainer thread steps, wait for the result) against calling the very same
+   train step directly. Target: <= 2% of the step time.
+2. tokens/s of a whole RL step (rollouts + rewards + packing + train step).
+3. real-token share of the packed inputs. Target: >= 90%.
+
+Usage: python bench/engine.py [--steps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+from art_hydra import compose
+from art_hydra.backends import load_model
+from art_hydra.producer import RLProducer
+from art_hydra.queue import StepChannel
+from art_hydra.rl.sampling import SamplingSettings, suppressed_ids
+from art_hydra.tasks import build_task
+from art_hydra.trainer import Objective, Trainer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30)
+    args = parser.parse_args()
+
+    cfg = compose(["logging.progress_bar=off"])
+    task = build_task(cfg.task, cfg.seed)
+    loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=task.charset())
+    sampling = SamplingSettings.from_config(cfg.rl, suppressed_ids(loaded.tokenizer))
+    trainer = Trainer(loaded, cfg.trainer, Objective.for_rl(cfg.rl, sampling))
+    producer = RLProducer(
+        loaded,
+        task,
+        cfg.rl,
+        cfg.producer,
+        sampling,
+        cfg.trainer.per_device_train_batch_size,
+        cfg.model.max_seq_length,
+        cfg.seed,
+    )
+
+    # Whole RL steps: rollouts + train, through the queue as a run does it.
+    channel = StepChannel(cfg.queue, trainer.train_micro)
+    step_times, tokens, shares, inputs = [], [], [], []
+    for step in range(1, args.steps + 1):
+        start = time.perf_counter()
+        (batch,) = producer.make_inputs()
+        inputs.append(copy.deepcopy(batch))
+        channel.put(batch)
+        result = channel.result(step)
+        step_times.append(time.perf_counter() - start)
+        tokens.append(result.trained_tokens)
+        shares.append(batch.real_token_share)
+
+    # The same train steps, via the queue and called directly, alternating.
+    queued, direct = [], []
+    for i, batch in enumerate(inputs):
+        for mode in ("queue", "direct") if i % 2 == 0 else ("direct", "queue"):
+            item = copy.deepcopy(batch)
+            start = time.perf_counter()
+            if mode == "queue":
+                channel.put(item)
+                channel.result(i)
+                queued.append(time.perf_counter() - start)
+            else:
+                trainer.train_micro(item)
+                direct.append(time.perf_counter() - start)
+    channel.close()
+
+    q, d = statistics.median(queued), statistics.median(direct)
+    overhead = (q - d) / d * 100
+    print(
+        f"default run, {args.steps} steps of {cfg.trainer.per_device_train_batch_size} "
+        "completions (medians)"
+    )
+    print(f"train step direct:        {d * 1e3:7.2f} ms")
+    print(
+        f"train step via the queue: {q * 1e3:7.2f} ms  -> overhead {overhead:+.2f}% "
+        f"({'meets' if overhead <= 2 else 'MISSES'} the 2% target)"
+    )
+    rl_step = statistics.median(step_times)
+    rate = statistics.median(t / s for t, s in zip(tokens, step_times, strict=True))
+    print(f"RL step (rollouts + train): {rl_step * 1e3:7.2f} ms, {rate:,.0f} trained tokens/s")
+    share = statistics.mean(shares)
+    print(
+        f"real-token share of packed inputs: mean {share:.3f}, min {min(shares):.3f} "
+        f"({'meets' if share >= 0.9 else 'MISSES'} the 90% target)"
+    )
+
+
+if __name__ == "__main__":
+    main()

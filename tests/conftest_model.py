@@ -1,0 +1,27 @@
+"""Builders shared by the engine tests: the real tiny model, task and trainer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from art_hydra import compose
+from art_hydra.backends import load_model
+from art_hydra.tasks import build_task
+
+#: A small, quick configuration of the default job.
+QUICK = [
+    "trainer.max_steps=4",
+    "checkpoint.every_steps=2",
+    "trainer.per_device_train_batch_size=16",
+    "logging.progress_bar=off",
+    "logging.tensorboard=false",
+    "logging.plot=false",
+]
+
+
+def tiny(overrides: list[str] | None = None) -> tuple[Any, Any, Any]:
+    """(cfg, loaded model, task) for the tiny model on the reverse task."""
+    cfg = compose([*QUICK, *(overrides or [])])
+    task = build_task(cfg.task, cfg.seed)
+    loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=task.charset())
+    return cfg, loaded, task

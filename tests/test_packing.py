@@ -1,0 +1,64 @@
+"""Packing: layout by hand, and packed logprobs equal to unpacked ones on the real model."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from conftest_model import tiny
+
+from art_hydra.packing import Sequence, pack
+from art_hydra.rl.sampling import SamplingSettings, token_logprobs
+from art_hydra.trainer import packed_logprobs
+
+
+def test_layout_by_hand() -> None:
+    a = Sequence(tokens=[1, 5, 6, 7], prompt_len=2, advantage=0.5, old_logprobs=[-0.1, -0.2])
+    b = Sequence(tokens=[1, 8, 9], prompt_len=2, advantage=-1.0, old_logprobs=[-0.3])
+    c = Sequence(tokens=[1, 4, 4, 4, 4], prompt_len=1, advantage=2.0, old_logprobs=[-1.0] * 4)
+    batch = pack([a, b, c], capacity=8, pad_id=0)
+    # Width 8 would need 2 rows x 8 slots; width 7 fits c alone and a + b: 14 slots.
+    assert batch.input_ids.tolist() == [[1, 4, 4, 4, 4, 0, 0], [1, 5, 6, 7, 1, 8, 9]]
+    assert batch.position_ids.tolist() == [[0, 1, 2, 3, 4, 0, 0], [0, 1, 2, 3, 0, 1, 2]]
+    assert batch.seq_ids.tolist() == [[2, 2, 2, 2, 2, -1, -1], [0, 0, 0, 0, 1, 1, 1]]
+    # Position i predicts token i+1 of its own sequence; only completion targets count.
+    assert batch.targets[1, :3].tolist() == [5, 6, 7]
+    assert batch.loss_mask.tolist() == [[1, 1, 1, 1, 0, 0, 0], [0, 1, 1, 0, 0, 1, 0]]
+    assert batch.old_logprobs[1].tolist() == pytest.approx([0, -0.1, -0.2, 0, 0, -0.3, 0])
+    assert batch.advantages[1, 5].item() == -1.0 and batch.advantages[0, 0].item() == 2.0
+    assert batch.real_tokens == 12 and batch.real_token_share == 12 / 14
+    mask = batch.attention_mask()[1, 0]
+    assert mask[5, 4] and not mask[5, 3]  # b's tokens see b, never a
+    assert not mask[2, 3]  # causal
+    with pytest.raises(ValueError, match="does not fit"):
+        pack([Sequence(tokens=[1] * 9, prompt_len=1)], capacity=8, pad_id=0)
+
+
+def test_packing_leaves_little_padding() -> None:
+    rng = random.Random(0)
+    seqs = [Sequence(tokens=[1] * rng.randint(8, 14), prompt_len=5) for _ in range(128)]
+    assert pack(seqs, capacity=64, pad_id=0).real_token_share >= 0.9
+
+
+def test_packed_logprobs_equal_unpacked() -> None:
+    _, loaded, _ = tiny()
+    model = loaded.model.eval()
+    gen = torch.Generator().manual_seed(0)
+    vocab = len(loaded.tokenizer)
+    seqs = []
+    for n in (5, 9, 13, 7, 11, 6):
+        tokens = torch.randint(4, vocab, (n,), generator=gen).tolist()
+        seqs.append(Sequence(tokens=[1, *tokens], prompt_len=3))
+    settings = SamplingSettings(temperature=0.8, top_k=10)
+    batch = pack(seqs, capacity=24, pad_id=0)
+    assert batch.input_ids.shape[0] < len(seqs)  # really packed several per row
+    with torch.no_grad():
+        packed, _ = packed_logprobs(model, batch, settings)
+        for index, seq in enumerate(seqs):
+            ids = torch.tensor([seq.tokens])
+            logits = model(input_ids=ids).logits
+            alone, _ = token_logprobs(logits[:, :-1], ids[:, 1:], settings)
+            where = (batch.seq_ids == index) & (batch.loss_mask > 0)
+            completion = alone[0, seq.prompt_len - 1 :]
+            assert torch.allclose(packed[where], completion, atol=1e-5), index

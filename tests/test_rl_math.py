@@ -1,0 +1,114 @@
+"""Advantages, losses, logits processing and sampling against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from art_hydra.config.schema import LossType
+from art_hydra.rl.advantages import group_advantages
+from art_hydra.rl.losses import (
+    LOG_RATIO_CLAMP,
+    NonFiniteLossError,
+    PolicyLossSettings,
+    policy_loss,
+    sft_loss,
+)
+from art_hydra.rl.sampling import SamplingSettings, process_logits, token_logprobs
+
+
+def test_group_advantages_by_hand() -> None:
+    rewards = [1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 0.5, 0.5]
+    adv, zero = group_advantages(rewards, group_size=4, scale=False)
+    assert adv == [0.5, -0.5, -0.5, 0.5, 0.0, 0.0, 0.0, 0.0]
+    assert zero == 1  # the second group has equal rewards: no signal, counted
+    scaled, _ = group_advantages(rewards, group_size=4, scale=True, eps=0.0)
+    std = math.sqrt((4 * 0.25) / 3)  # sample std of [1, 0, 0, 1]
+    assert scaled[:4] == pytest.approx([0.5 / std, -0.5 / std, -0.5 / std, 0.5 / std])
+    with pytest.raises(ValueError):
+        group_advantages([1.0, 0.0, 1.0], group_size=2, scale=True)
+
+
+def _settings(loss_type: LossType = LossType.ppo_clip, beta: float = 0.0) -> PolicyLossSettings:
+    return PolicyLossSettings(loss_type=loss_type, epsilon=0.2, epsilon_high=0.28, beta=beta)
+
+
+def test_ppo_clip_by_hand() -> None:
+    # Token 1: ratio 1.5, A=+1 -> clipped at 1.28. Token 2: ratio 0.5, A=-2 -> clipped at 0.8
+    # (min picks the clipped, larger loss). Token 3: ratio 1, A=+1 -> -1. Masked token ignored.
+    logp = torch.log(torch.tensor([1.5, 0.5, 1.0, 7.0]))
+    old = torch.zeros(4)
+    adv = torch.tensor([1.0, -2.0, 1.0, 5.0])
+    mask = torch.tensor([1.0, 1.0, 1.0, 0.0])
+    loss, stats = policy_loss(logp, old, adv, mask, _settings(), num_tokens=3.0)
+    expected = (-1.28 + 2 * 0.8 - 1.0) / 3
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    assert stats["clip_fraction"] == pytest.approx(2 / 3)
+
+
+def test_cispo_by_hand_passes_gradient_through_clipped_tokens() -> None:
+    logp = torch.log(torch.tensor([1.5, 2.0])).requires_grad_(True)
+    old = torch.zeros(2)
+    adv = torch.tensor([1.0, 1.0])
+    loss, _ = policy_loss(logp, old, adv, torch.ones(2), _settings(LossType.cispo), 2.0)
+    # weight = min(r, 1.28) detached: 1.28 for both; loss = -(1.28 * logp).mean
+    assert loss.item() == pytest.approx(-(1.28 * math.log(1.5) + 1.28 * math.log(2.0)) / 2)
+    loss.backward()
+    assert logp.grad is not None and torch.allclose(logp.grad, torch.tensor([-0.64, -0.64]))
+
+
+def test_kl_penalty_k3_by_hand() -> None:
+    logp = torch.tensor([0.0])
+    ref = torch.tensor([math.log(2.0)])
+    loss, stats = policy_loss(
+        logp,
+        logp.clone(),
+        torch.zeros(1),
+        torch.ones(1),
+        _settings(beta=0.5),
+        1.0,
+        ref_logprobs=ref,
+    )
+    k3 = 2.0 - math.log(2.0) - 1.0
+    assert stats["kl"] == pytest.approx(k3)
+    assert loss.item() == pytest.approx(0.5 * k3)
+
+
+def test_log_ratio_is_clamped_and_non_finite_loss_is_caught() -> None:
+    logp = torch.tensor([0.0])
+    old = torch.tensor([-1000.0])  # would overflow exp() without the clamp
+    loss, _ = policy_loss(logp, old, torch.ones(1), torch.ones(1), _settings(), 1.0)
+    assert math.isfinite(loss.item())
+    assert loss.item() == pytest.approx(-1.28)  # clipped at 1 + epsilon_high
+    assert LOG_RATIO_CLAMP < 80
+    with pytest.raises(NonFiniteLossError, match="not taken"):
+        policy_loss(logp, old, torch.tensor([float("nan")]), torch.ones(1), _settings(), 1.0)
+    with pytest.raises(NonFiniteLossError):
+        sft_loss(torch.tensor([float("-inf")]), torch.ones(1), 1.0)
+
+
+def test_process_logits_top_k_top_p_and_suppression() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.25, 0.15, 0.10]]))
+    top_k = process_logits(logits, SamplingSettings(top_k=2))
+    assert torch.isinf(top_k[0, 2:]).all() and torch.isfinite(top_k[0, :2]).all()
+    top_p = process_logits(logits, SamplingSettings(top_p=0.7))  # keeps 0.5 + 0.25
+    assert torch.isfinite(top_p[0, :2]).all() and torch.isinf(top_p[0, 2:]).all()
+    hot = process_logits(logits, SamplingSettings(temperature=2.0, suppress_ids=(0,)))
+    assert torch.isinf(hot[0, 0])
+    assert hot[0, 1].item() == pytest.approx(logits[0, 1].item() / 2)
+
+
+def test_training_logprobs_use_the_same_processing_as_sampling() -> None:
+    logits = torch.randn(3, 5, 11)
+    targets = torch.randint(0, 11, (3, 5))
+    settings = SamplingSettings(temperature=0.7, top_k=6)
+    logp, entropy = token_logprobs(logits, targets, settings)
+    expected = (
+        torch.log_softmax(process_logits(logits, settings), -1)
+        .gather(-1, targets.unsqueeze(-1))
+        .squeeze(-1)
+    )
+    assert torch.equal(logp, expected)
+    assert (entropy >= 0).all() and (entropy <= math.log(6) + 1e-5).all()
