@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from hydra.errors import CompactHydraException
 from safetensors.torch import load_file, save_file
 
 PREFIX = "step-"
@@ -27,6 +28,22 @@ def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
     os.replace(tmp, path)
+
+
+class ResumeMismatchError(CompactHydraException, ValueError):
+    """The checkpoint was written under other trainer settings (a user's mistake)."""
+
+
+def trainer_settings(trainer: Any) -> dict[str, Any]:
+    """The trainer settings a checkpoint's schedule and moments depend on."""
+    cfg = trainer.cfg
+    return {
+        "max_steps": cfg.max_steps,
+        "learning_rate": cfg.learning_rate,
+        "lr_scheduler_type": cfg.lr_scheduler_type.value,
+        "warmup_steps": cfg.warmup_steps,
+        "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
+    }
 
 
 def optimizer_to_safetensors(optimizer: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -54,6 +71,25 @@ def optimizer_from_safetensors(
     optimizer.load_state_dict({"state": state, "param_groups": plain["param_groups"]})
 
 
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush every file of a checkpoint to disk before it is renamed into place."""
+    for path in sorted(root.rglob("*"), reverse=True):
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+        else:
+            _fsync_dir(path)
+    _fsync_dir(root)
+
+
 class Checkpointer:
     """Writes, lists, prunes and loads the checkpoints of one run (reads ``cfg.checkpoint``)."""
 
@@ -66,9 +102,14 @@ class Checkpointer:
         return step == max_steps or (every > 0 and step % every == 0)
 
     def complete(self) -> list[Path]:
+        """Checkpoints that were renamed into place (only whole ones ever are)."""
         if not self.root.is_dir():
             return []
-        return sorted(p for p in self.root.iterdir() if p.is_dir() and p.name.startswith(PREFIX))
+        return sorted(
+            p
+            for p in self.root.iterdir()
+            if p.is_dir() and p.name.startswith(PREFIX) and (p / STATE_DIR / "state.json").is_file()
+        )
 
     def latest(self) -> Path | None:
         found = self.complete()
@@ -79,7 +120,8 @@ class Checkpointer:
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / f"{PREFIX}{step:06d}"
         tmp = self.root / f".tmp-{PREFIX}{step:06d}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
+        for stale in self.root.glob(f".tmp-{PREFIX}*"):  # left by a crashed writer
+            shutil.rmtree(stale, ignore_errors=True)
         loaded = trainer.loaded
         loaded.model.save_pretrained(tmp, safe_serialization=True)
         loaded.tokenizer.save_pretrained(tmp)
@@ -88,6 +130,9 @@ class Checkpointer:
         tensors, plain = optimizer_to_safetensors(trainer.optimizer)
         save_file(tensors, state_dir / "optimizer.safetensors")
         rng = {"torch_cpu": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            for index, state in enumerate(torch.cuda.get_rng_state_all()):
+                rng[f"torch_cuda_{index}"] = state
         if producer.generator is not None:
             rng["sampler"] = producer.generator.get_state().cpu()
         save_file(rng, state_dir / "rng.safetensors")
@@ -98,12 +143,15 @@ class Checkpointer:
                 "optimizer": plain,
                 "scheduler": trainer.scheduler.state_dict(),
                 "producer": producer.state(),
+                "trainer": trainer_settings(trainer),
                 **extra,
             },
         )
+        _fsync_tree(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
+        _fsync_dir(self.root)
         for old in self.complete()[: -self.cfg.keep_last]:
             shutil.rmtree(old, ignore_errors=True)
         return final
@@ -116,7 +164,12 @@ class Checkpointer:
             from peft import set_peft_model_state_dict
 
             weights = load_file(path / "adapter_model.safetensors", device=str(device))
-            set_peft_model_state_dict(model, weights)
+            outcome = set_peft_model_state_dict(model, weights)
+            unexpected = list(getattr(outcome, "unexpected_keys", []) or [])
+            if unexpected:
+                raise RuntimeError(
+                    f"checkpoint {path} does not match the adapters: unexpected {unexpected[:5]}"
+                )
         else:
             weights = {}
             for shard in sorted(path.glob("*.safetensors")):
@@ -129,6 +182,12 @@ class Checkpointer:
                 )
         state_dir = path / STATE_DIR
         state = json.loads((state_dir / "state.json").read_text())
+        if state.get("trainer", trainer_settings(trainer)) != trainer_settings(trainer):
+            raise ResumeMismatchError(
+                f"checkpoint {path} was written with trainer settings {state['trainer']}, but "
+                f"this run has {trainer_settings(trainer)}; resume with the same trainer.* "
+                "settings (the schedule and the optimizer state depend on them)"
+            )
         optimizer_from_safetensors(
             trainer.optimizer, load_file(state_dir / "optimizer.safetensors"), state["optimizer"]
         )
@@ -136,6 +195,9 @@ class Checkpointer:
         trainer.step = state["step"]
         rng = load_file(state_dir / "rng.safetensors")
         torch.set_rng_state(rng["torch_cpu"])
+        cuda = [rng[k] for k in sorted(rng) if k.startswith("torch_cuda_")]
+        if cuda and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(cuda)
         if producer.generator is not None and "sampler" in rng:
             producer.generator.set_state(rng["sampler"].to(producer.generator.device))
         producer.load_state(state["producer"])

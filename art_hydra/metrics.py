@@ -14,6 +14,15 @@ from art_hydra.config.schema import ProgressBar
 METRICS_FILE = "metrics.jsonl"
 
 
+def _truncate_after(path: Path, step: int) -> None:
+    if not path.exists():
+        return
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows if r["step"] <= step))
+    os.replace(tmp, path)
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
@@ -34,11 +43,10 @@ class MetricsLog:
         start = resume_step or 0
         if resume_step is not None:
             # Drop lines written after the checkpoint: the resumed run writes them again.
-            kept = [m for m in read_metrics(self.run_dir) if m["step"] <= resume_step]
-            tmp = self.path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(json.dumps(m) + "\n" for m in kept))
-            os.replace(tmp, self.path)
+            for name in (METRICS_FILE, "completions.jsonl"):
+                _truncate_after(self.run_dir / name, resume_step)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self._samples: Any = None
         self._writer = None
         if logging_cfg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -77,7 +85,18 @@ class MetricsLog:
                 if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
                     self._writer.add_scalar(f"train/{key}", value, step)
 
+    def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
+        """Append a step's example completions to completions.jsonl."""
+        if not samples or step % self.cfg.every_steps:
+            return
+        if self._samples is None:
+            self._samples = open(self.run_dir / "completions.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        self._samples.write(json.dumps({"step": step, "samples": samples}) + "\n")
+        self._samples.flush()
+
     def close(self) -> None:
+        if self._samples is not None:
+            self._samples.close()
         if self._bar is not None:
             self._bar.close()
         if self._writer is not None:

@@ -10,6 +10,7 @@ running it alone.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -52,6 +53,8 @@ class PackedBatch:
     warmup: bool = False
     #: Producer-side numbers reported with the step's result.
     info: dict[str, float] = field(default_factory=dict)
+    #: A few (prompt, completion, reward) records kept for inspection.
+    samples: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def loss_tokens(self) -> float:
@@ -123,8 +126,15 @@ def _best_rows(sizes: list[int], capacity: int) -> tuple[list[list[int]], list[i
     return best[1], best[2]
 
 
-def pack(sequences: list[Sequence], capacity: int, pad_id: int) -> PackedBatch:
-    """Pack ``sequences`` into rows of at most ``capacity`` tokens."""
+def pack(
+    sequences: list[Sequence], capacity: int, pad_id: int, several_per_row: bool = True
+) -> PackedBatch:
+    """Pack ``sequences`` into rows of at most ``capacity`` tokens.
+
+    With ``several_per_row=False`` each sequence gets its own row, right-padded: correct
+    even for kernels that drop the attention mask in training (Unsloth), since causal
+    attention never looks at the padding after a sequence.
+    """
     if not sequences:
         raise ValueError("nothing to pack")
     too_long = [len(s.tokens) for s in sequences if len(s.tokens) > capacity]
@@ -134,7 +144,10 @@ def pack(sequences: list[Sequence], capacity: int, pad_id: int) -> PackedBatch:
             "(model.max_seq_length)"
         )
     sizes = [len(s.tokens) for s in sequences]
-    rows, fill = _best_rows(sizes, capacity)
+    if several_per_row:
+        rows, fill = _best_rows(sizes, capacity)
+    else:
+        rows, fill = [[i] for i in range(len(sizes))], list(sizes)
     width = max(fill)
     shape = (len(rows), width)
     input_ids = torch.full(shape, pad_id, dtype=torch.long)
@@ -157,7 +170,7 @@ def pack(sequences: list[Sequence], capacity: int, pad_id: int) -> PackedBatch:
             targets[r, offset : offset + n - 1] = torch.tensor(seq.tokens[1:])
             first = 0 if seq.train_prompt else p - 1
             loss_mask[r, offset + first : offset + n - 1] = 1.0
-            advantages[r, offset : offset + n - 1] = seq.advantage
+            advantages[r, offset + first : offset + n - 1] = seq.advantage
             if seq.old_logprobs is not None:
                 old_logprobs[r, offset + p - 1 : offset + n - 1] = torch.tensor(seq.old_logprobs)
             offset += n

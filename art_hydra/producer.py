@@ -9,7 +9,6 @@ step. The run puts them on the queue and waits for the step's result.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -62,25 +61,44 @@ class ExampleStream:
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:
     """Prompt ids; instruct models get their chat template, the tiny model plain text."""
     if getattr(tokenizer, "chat_template", None):
-        return list(
-            tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}],
-                add_generation_prompt=True,
-                tokenize=True,
-            )
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
         )
+        # transformers 5 returns a BatchEncoding here, older versions a list of ids.
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
     return list(tokenizer(text)["input_ids"])
 
 
-@dataclass
-class Rollouts:
-    """One step's sampled completions and their scores."""
+def stop_token_ids(loaded: Any) -> tuple[int, ...]:
+    """Every id that ends a completion: the tokenizer's EOS and the model's
+    ``generation_config.eos_token_id`` (Llama 3 lists three)."""
+    ids = {loaded.tokenizer.eos_token_id}
+    config = getattr(loaded.model, "generation_config", None)
+    extra = getattr(config, "eos_token_id", None)
+    ids.update(extra if isinstance(extra, (list, tuple)) else [extra])
+    ids.discard(None)
+    return tuple(sorted(ids))
 
-    prompts: list[str]
-    completions: list[str]
-    rewards: list[float]
-    zero_std_groups: int
-    completion_tokens: int
+
+def encode_checked(
+    tokenizer: Any, examples: list[Example], limit: int, key: str
+) -> list[list[int]]:
+    """Every prompt's ids, refusing prompts longer than ``limit`` up front.
+
+    Cutting a templated prompt would drop its beginning (the system header, the first
+    operand) and train on a different question without a word, so it is an error that
+    names the setting to raise.
+    """
+    encoded = [encode_prompt(tokenizer, ex.prompt) for ex in examples]
+    longest = max(len(ids) for ids in encoded)
+    if longest > limit:
+        count = sum(len(ids) > limit for ids in encoded)
+        raise ValueError(
+            f"{count} prompt(s) are longer than {key}={limit} tokens (the longest has "
+            f"{longest}, chat template included); set {key}={longest} (and model.max_seq_length "
+            "to fit) or shorten the prompts"
+        )
+    return encoded
 
 
 class RLProducer:
@@ -104,25 +122,26 @@ class RLProducer:
         self.groups = completions_per_step // rl_cfg.num_generations
         self.capacity = capacity
         self.sampling = sampling
+        self.stop_ids = stop_token_ids(loaded)
+        ids = encode_checked(
+            loaded.tokenizer, task.examples, rl_cfg.max_prompt_length, "rl.max_prompt_length"
+        )
+        self.prompt_ids = {ex.prompt: p for ex, p in zip(task.examples, ids, strict=True)}
         self.stream = ExampleStream(task.examples, seed, producer_cfg.shuffle)
         self.generator = torch.Generator(device=loaded.device).manual_seed(seed)
-        self.last: Rollouts | None = None
 
     def make_inputs(self) -> list[PackedBatch]:
         tok = self.loaded.tokenizer
         n = self.rl.num_generations
         examples = self.stream.take(self.groups)
-        prompt_ids = [
-            encode_prompt(tok, ex.prompt)[-self.rl.max_prompt_length :] for ex in examples
-        ]
-        repeated = [ids for ids in prompt_ids for _ in range(n)]
+        repeated = [self.prompt_ids[ex.prompt] for ex in examples for _ in range(n)]
         with eval_mode(self.loaded.model) as model:
             completions, logprobs = sample(
                 model,
                 repeated,
                 self.rl.max_completion_length,
                 self.sampling,
-                tok.eos_token_id,
+                self.stop_ids,
                 tok.pad_token_id,
                 self.generator,
             )
@@ -136,7 +155,7 @@ class RLProducer:
             Sequence(tokens=p + c, prompt_len=len(p), advantage=a, old_logprobs=lp)
             for p, c, a, lp in zip(repeated, completions, advantages, logprobs, strict=True)
         ]
-        batch = pack(sequences, self.capacity, tok.pad_token_id)
+        batch = pack(sequences, self.capacity, tok.pad_token_id, self.loaded.packs)
         batch.step_loss_tokens = batch.loss_tokens
         mean = sum(rewards) / len(rewards)
         std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
@@ -146,13 +165,11 @@ class RLProducer:
             "zero_std_groups": float(zero_groups),
             "completion_length": sum(len(c) for c in completions) / len(completions),
         }
-        self.last = Rollouts(
-            prompts=[ex.prompt for ex in examples],
-            completions=texts[::n],
-            rewards=rewards,
-            zero_std_groups=zero_groups,
-            completion_tokens=sum(len(c) for c in completions),
-        )
+        shown = min(self.log_completions, len(examples))  # one per group
+        batch.samples = [
+            {"prompt": examples[i // n].prompt, "completion": texts[i], "reward": rewards[i]}
+            for i in range(0, n * shown, n)
+        ]
         return [batch]
 
     def state(self) -> dict[str, Any]:
@@ -189,16 +206,24 @@ class SFTProducer:
         self.capacity = min(capacity, sft_cfg.max_length)
         self.stream = ExampleStream(task.examples, seed, producer_cfg.shuffle)
         self.generator = None
-        self.last = None
+        self.sequences = {ex: self._sequence(ex) for ex in task.examples}
+        longest = max(len(s.tokens) for s in self.sequences.values())
+        if longest > sft_cfg.max_length:
+            count = sum(len(s.tokens) > sft_cfg.max_length for s in self.sequences.values())
+            # Cutting would drop the answer and train on prompt tokens as if they were it.
+            raise ValueError(
+                f"{count} example(s) are longer than sft.max_length={sft_cfg.max_length} tokens "
+                f"(prompt + answer + EOS, the longest {longest}); set sft.max_length={longest} "
+                "(and model.max_seq_length to fit) or shorten the examples"
+            )
 
-    def sequence(self, example: Example) -> Sequence:
+    def _sequence(self, example: Example) -> Sequence:
         tok = self.loaded.tokenizer
         prompt = encode_prompt(tok, example.prompt)
         answer = list(tok(example.answer or "", add_special_tokens=False)["input_ids"])
-        tokens = (prompt + answer + [tok.eos_token_id])[: self.sft.max_length]
         return Sequence(
-            tokens=tokens,
-            prompt_len=min(len(prompt), len(tokens) - 1),
+            tokens=prompt + answer + [tok.eos_token_id],
+            prompt_len=len(prompt),
             train_prompt=not self.sft.completion_only_loss,
         )
 
@@ -206,7 +231,10 @@ class SFTProducer:
         pad = self.loaded.tokenizer.pad_token_id
         micro = [
             pack(
-                [self.sequence(ex) for ex in self.stream.take(self.batch_size)], self.capacity, pad
+                [self.sequences[ex] for ex in self.stream.take(self.batch_size)],
+                self.capacity,
+                pad,
+                self.loaded.packs,
             )
             for _ in range(self.accumulation)
         ]

@@ -12,6 +12,7 @@ every exit path (normal end, error, Ctrl-C).
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue as stdlib_queue
 import threading
 import time
@@ -24,6 +25,8 @@ from typing import Any
 POLL_S = 0.05
 
 _STOP = object()
+
+log = logging.getLogger(__name__)
 
 
 class StallError(RuntimeError):
@@ -135,12 +138,24 @@ class StepChannel:
         if not self._thread.is_alive():
             raise TrainerError("the trainer thread ended without a result")
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop the trainer thread and wait for it (idempotent)."""
+    def close(self) -> bool:
+        """Stop the trainer thread and wait for it (idempotent); True once it has ended.
+
+        The trainer checks for the stop between inputs, so the wait is bounded by the step
+        in progress, and by ``queue.result_timeout_s`` at most.
+        """
         self._stop.set()
         with contextlib.suppress(stdlib_queue.Full):
             self._inputs.put_nowait(_STOP)
-        self._thread.join(timeout)
+        self._thread.join(self._cfg.result_timeout_s)
+        if self._thread.is_alive():
+            log.warning(
+                "the trainer thread is still %s after %gs; it is a daemon and ends with the "
+                "process",
+                self.trainer_state,
+                self._cfg.result_timeout_s,
+            )
+        return not self._thread.is_alive()
 
     @property
     def alive(self) -> bool:

@@ -169,6 +169,7 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
                 "step_time_s": elapsed,
             }
             metrics.log(last)
+            metrics.log_samples(step, inputs[0].samples)
             if checkpoints.due(step, cfg.trainer.max_steps):
                 checkpoints.save(step, trainer, producer, {"metrics": last})
     # ---- cleanup ---------------------------------------------------------------------

@@ -146,7 +146,8 @@ class Trainer:
         else:
             loss, stats = sft_loss(logprobs, mask, denominator)
         masked = float(mask.sum().clamp(min=1))
-        stats["entropy"] = float((entropy.detach() * mask).sum()) / masked
+        entropy = torch.where(mask > 0, entropy.detach(), torch.zeros_like(entropy))
+        stats["entropy"] = float((entropy * mask).sum()) / masked
         stats["loss_tokens"] = float(mask.sum())
         return loss, stats
 

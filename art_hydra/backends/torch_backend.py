@@ -20,6 +20,8 @@ class LoadedModel:
     device: Any
     #: True when the model carries LoRA adapters (the reference policy is then the base).
     is_peft: bool
+    #: Whether several sequences may share a row (the model honours a 4D attention mask).
+    packs: bool = True
 
 
 def resolve_device(device: Device) -> Any:

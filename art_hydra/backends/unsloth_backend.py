@@ -54,4 +54,8 @@ def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None
         )
     if keep_alive is not None:
         keep_alive.cleanup()
-    return LoadedModel(model=model, tokenizer=tokenizer, device=device, is_peft=is_peft)
+    # Unsloth's fast Llama forward drops the attention mask in training, so packed
+    # sequences would attend to each other: one sequence per row instead.
+    return LoadedModel(
+        model=model, tokenizer=tokenizer, device=device, is_peft=is_peft, packs=False
+    )

@@ -258,7 +258,7 @@ class ProducerConfig:
 
     # Shuffle the task's examples before each pass over them.
     shuffle: bool = True
-    # Completions printed per step for inspection.
+    # Completions per step saved to completions.jsonl in the run directory, for inspection.
     log_completions: int = 2
 
 

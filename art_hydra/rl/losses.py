@@ -48,6 +48,13 @@ def policy_loss(
     ``min(r, 1+eps_high)`` is detached and multiplies ``A log p``, so clipped tokens still
     pass gradient. With ``beta > 0`` the k3 estimator of KL(policy || reference) is added.
     """
+    # Positions outside the mask (padding, prompts, a sequence's last token) may hold
+    # -inf logprobs (suppressed or filtered targets); zero them so they add exactly 0.
+    keep = mask > 0
+    logprobs = torch.where(keep, logprobs, torch.zeros_like(logprobs))
+    old_logprobs = torch.where(keep, old_logprobs, torch.zeros_like(old_logprobs))
+    if ref_logprobs is not None:
+        ref_logprobs = torch.where(keep, ref_logprobs, torch.zeros_like(ref_logprobs))
     log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     if settings.loss_type == LossType.cispo:
@@ -63,9 +70,11 @@ def policy_loss(
         per_token = per_token + settings.beta * kl
     loss = (per_token * mask).sum() / num_tokens
     if not torch.isfinite(loss):
+        worst_ratio = log_ratio[keep].abs().max().item() if keep.any() else 0.0
+        worst_adv = advantages[keep].abs().max().item() if keep.any() else 0.0
         raise NonFiniteLossError(
-            f"the RL loss is {loss.item()} (largest |log-ratio| {log_ratio.abs().max().item():.3g}"
-            f", largest |advantage| {advantages.abs().max().item():.3g}); the step was not taken"
+            f"the RL loss is {loss.item()} (largest |log-ratio| {worst_ratio:.3g}, largest "
+            f"|advantage| {worst_adv:.3g} over trained tokens); the step was not taken"
         )
     masked = mask.sum().clamp(min=1)
     with torch.no_grad():
@@ -82,6 +91,7 @@ def sft_loss(
     logprobs: torch.Tensor, mask: torch.Tensor, num_tokens: float
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Cross-entropy on masked tokens, divided by the step's token count."""
+    logprobs = torch.where(mask > 0, logprobs, torch.zeros_like(logprobs))
     loss = -(logprobs * mask).sum() / num_tokens
     if not torch.isfinite(loss):
         raise NonFiniteLossError(f"the SFT loss is {loss.item()}; the step was not taken")

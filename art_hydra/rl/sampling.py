@@ -85,14 +85,14 @@ def sample(
     prompts: list[list[int]],
     max_new_tokens: int,
     settings: SamplingSettings,
-    eos_id: int,
+    stop_ids: tuple[int, ...],
     pad_id: int,
     generator: torch.Generator,
 ) -> tuple[list[list[int]], list[list[float]]]:
     """Sample one completion per prompt (KV cache, left padding).
 
-    Returns the completion tokens (ending with EOS when the model stopped) and the
-    logprob of each under the processed distribution it was drawn from.
+    Returns the completion tokens (ending with the stop token when the model stopped)
+    and the logprob of each under the processed distribution it was drawn from.
     """
     device = next(model.parameters()).device
     width = max(len(p) for p in prompts)
@@ -106,6 +106,7 @@ def sample(
     cache_arg = _cache_argument(model)
     out = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True)
     past, logits = getattr(out, cache_arg), out.logits[:, -1]
+    stops = torch.tensor(stop_ids, device=device)
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     tokens: list[torch.Tensor] = []
     logprobs: list[torch.Tensor] = []
@@ -115,7 +116,7 @@ def sample(
         nxt = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
         tokens.append(torch.where(done, pad_id, nxt))
         logprobs.append(logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1))
-        done = done | (nxt == eos_id)
+        done = done | torch.isin(nxt, stops)
         if bool(done.all()):
             break
         attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=-1)
@@ -132,7 +133,8 @@ def sample(
     logprob_rows = torch.stack(logprobs, dim=1).tolist()
     completions, completion_logprobs = [], []
     for row_tokens, row_logprobs in zip(token_rows, logprob_rows, strict=True):
-        end = row_tokens.index(eos_id) + 1 if eos_id in row_tokens else len(row_tokens)
+        ends = [i for i, t in enumerate(row_tokens) if t in stop_ids]
+        end = ends[0] + 1 if ends else len(row_tokens)
         completions.append(row_tokens[:end])
         completion_logprobs.append(row_logprobs[:end])
     return completions, completion_logprobs
