@@ -64,6 +64,31 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> dict[str, Any]:
     return run_validated(cfg, run_dir)
 
 
+def build_trainer_and_producer(cfg: DictConfig) -> tuple[Any, Any]:
+    """Task, model, trainer and producer for a validated config (also used by bench/)."""
+    from art_hydra.backends import load_model
+    from art_hydra.producer import RLProducer, SFTProducer
+    from art_hydra.rl.sampling import SamplingSettings, suppressed_ids
+    from art_hydra.tasks import build_task
+    from art_hydra.trainer import Objective, Trainer
+
+    task = build_task(cfg.task, cfg.seed)
+    loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=task.charset())
+    batch, capacity = cfg.trainer.per_device_train_batch_size, cfg.model.max_seq_length
+    if cfg.algorithm.name == AlgorithmName.sft:
+        trainer = Trainer(loaded, cfg.trainer, Objective.for_sft())
+        accumulation = cfg.trainer.gradient_accumulation_steps
+        producer = SFTProducer(
+            loaded, task, cfg.sft, cfg.producer, batch, accumulation, capacity, cfg.seed
+        )
+        return trainer, producer
+    # One settings object for rollouts and training logprobs: they must never differ.
+    sampling = SamplingSettings.from_config(cfg.rl, suppressed_ids(loaded.tokenizer))
+    trainer = Trainer(loaded, cfg.trainer, Objective.for_rl(cfg.rl, sampling))
+    producer = RLProducer(loaded, task, cfg.rl, cfg.producer, sampling, batch, capacity, cfg.seed)
+    return trainer, producer
+
+
 def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[str, Any]:
     """The run itself, for a config that :func:`train` has validated.
 
@@ -76,14 +101,9 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
     import torch
     from transformers.utils import logging as hf_logging
 
-    from art_hydra.backends import load_model
     from art_hydra.checkpoint import Checkpointer
     from art_hydra.metrics import MetricsLog, plot_curve
-    from art_hydra.producer import RLProducer, SFTProducer
     from art_hydra.queue import StepChannel
-    from art_hydra.rl.sampling import SamplingSettings, suppressed_ids
-    from art_hydra.tasks import build_task
-    from art_hydra.trainer import Objective, Trainer
 
     hf_logging.disable_progress_bar()  # our own bar, and quiet logs
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir()
@@ -91,36 +111,7 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     is_rl = cfg.algorithm.name == AlgorithmName.rl
-
-    task = build_task(cfg.task, cfg.seed)
-    loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=task.charset())
-    # One settings object for rollouts and training logprobs: they must never differ.
-    sampling = SamplingSettings.from_config(cfg.rl, suppressed_ids(loaded.tokenizer))
-    objective = Objective.for_rl(cfg.rl, sampling) if is_rl else Objective.for_sft()
-    trainer = Trainer(loaded, cfg.trainer, objective)
-    capacity = cfg.model.max_seq_length
-    if is_rl:
-        producer: Any = RLProducer(
-            loaded,
-            task,
-            cfg.rl,
-            cfg.producer,
-            sampling,
-            cfg.trainer.per_device_train_batch_size,
-            capacity,
-            cfg.seed,
-        )
-    else:
-        producer = SFTProducer(
-            loaded,
-            task,
-            cfg.sft,
-            cfg.producer,
-            cfg.trainer.per_device_train_batch_size,
-            cfg.trainer.gradient_accumulation_steps,
-            capacity,
-            cfg.seed,
-        )
+    trainer, producer = build_trainer_and_producer(cfg)
     checkpoints = Checkpointer(run_dir, cfg.checkpoint)
     start_step = 0
     if cfg.resume:

@@ -22,12 +22,8 @@ import statistics
 import time
 
 from art_hydra import compose
-from art_hydra.backends import load_model
-from art_hydra.producer import RLProducer
 from art_hydra.queue import StepChannel
-from art_hydra.rl.sampling import SamplingSettings, suppressed_ids
-from art_hydra.tasks import build_task
-from art_hydra.trainer import Objective, Trainer
+from art_hydra.run import build_trainer_and_producer
 
 
 def main() -> None:
@@ -36,20 +32,7 @@ def main() -> None:
     args = parser.parse_args()
 
     cfg = compose(["logging.progress_bar=off"])
-    task = build_task(cfg.task, cfg.seed)
-    loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=task.charset())
-    sampling = SamplingSettings.from_config(cfg.rl, suppressed_ids(loaded.tokenizer))
-    trainer = Trainer(loaded, cfg.trainer, Objective.for_rl(cfg.rl, sampling))
-    producer = RLProducer(
-        loaded,
-        task,
-        cfg.rl,
-        cfg.producer,
-        sampling,
-        cfg.trainer.per_device_train_batch_size,
-        cfg.model.max_seq_length,
-        cfg.seed,
-    )
+    trainer, producer = build_trainer_and_producer(cfg)
 
     # Whole RL steps: rollouts + train, through the queue as a run does it.
     channel = StepChannel(cfg.queue, trainer.train_micro)
