@@ -123,3 +123,25 @@ def test_interrupted_run_resumes_to_the_same_weights_and_metrics(
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="holds no complete checkpoint"):
         train(compose([*QUICK, "resume=true"]), run_dir=tmp_path)
+
+
+def test_a_saved_model_trains_again_as_a_pretrained_model(tmp_path: Path) -> None:
+    """The `from_pretrained` path real hub ids take, on a local folder (no hub here)."""
+    train(compose([*QUICK, "trainer.max_steps=2"]), run_dir=tmp_path / "first")
+    folder = tmp_path / "first" / "checkpoints" / "step-000002"
+    summary = train(
+        compose(
+            [
+                *QUICK,
+                "trainer.max_steps=2",
+                "model.source=pretrained",
+                f"model.name={folder}",
+                "model.finetune=lora",
+                "model.lora.target_modules=[q_proj,v_proj]",
+            ]
+        ),
+        run_dir=tmp_path / "second",
+    )
+    assert summary["steps"] == 2
+    adapter = tmp_path / "second" / "checkpoints" / "step-000002" / "adapter_config.json"
+    assert json.loads(adapter.read_text())["base_model_name_or_path"] == str(folder)
