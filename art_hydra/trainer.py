@@ -160,18 +160,18 @@ class Trainer:
         if batch.warmup:
             self.optimizer.zero_grad(set_to_none=True)
             return self._result(loss.item(), 0.0, stats, batch, start, warmup=True)
-        for key, value in (
-            ("loss", loss.item()),
-            ("tokens", batch.real_tokens),
-            ("slots", batch.input_ids.numel()),
-            ("time", 0.0),
-        ):
+        # Sums over the step's micro-batches; per-token statistics weighted by tokens.
+        weight = stats["loss_tokens"]
+        sums = {
+            "loss": loss.item(),
+            "tokens": batch.real_tokens,
+            "slots": batch.input_ids.numel(),
+            "loss_tokens": weight,
+            "time": time.perf_counter() - start,
+            **{key: stats[key] * weight for key in ("kl", "entropy", "clip_fraction")},
+        }
+        for key, value in sums.items():
             self._acc[key] = self._acc.get(key, 0.0) + value
-        for key in ("kl", "entropy", "clip_fraction"):
-            weight = stats["loss_tokens"]
-            self._acc[key] = self._acc.get(key, 0.0) + stats[key] * weight
-        self._acc["loss_tokens"] = self._acc.get("loss_tokens", 0.0) + stats["loss_tokens"]
-        self._acc["time"] += time.perf_counter() - start
         self._micro += 1
         if self._micro < self.cfg.gradient_accumulation_steps:
             return None
