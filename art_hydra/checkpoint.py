@@ -24,12 +24,6 @@ PREFIX = "step-"
 STATE_DIR = "trainer_state"
 
 
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
-
-
 class ResumeMismatchError(CompactHydraException, ValueError):
     """The checkpoint was written under other trainer settings (a user's mistake)."""
 
@@ -136,17 +130,16 @@ class Checkpointer:
         if producer.generator is not None:
             rng["sampler"] = producer.generator.get_state().cpu()
         save_file(rng, state_dir / "rng.safetensors")
-        _write_json(
-            state_dir / "state.json",
-            {
-                "step": step,
-                "optimizer": plain,
-                "scheduler": trainer.scheduler.state_dict(),
-                "producer": producer.state(),
-                "trainer": trainer_settings(trainer),
-                **extra,
-            },
-        )
+        # Inside the temporary folder: the rename below makes the whole checkpoint atomic.
+        state = {
+            "step": step,
+            "optimizer": plain,
+            "scheduler": trainer.scheduler.state_dict(),
+            "producer": {"stream": producer.stream.state()},
+            "trainer": trainer_settings(trainer),
+            **extra,
+        }
+        (state_dir / "state.json").write_text(json.dumps(state, indent=1, sort_keys=True))
         _fsync_tree(tmp)
         if final.exists():
             shutil.rmtree(final)
@@ -200,5 +193,5 @@ class Checkpointer:
             torch.cuda.set_rng_state_all(cuda)
         if producer.generator is not None and "sampler" in rng:
             producer.generator.set_state(rng["sampler"].to(producer.generator.device))
-        producer.load_state(state["producer"])
+        producer.stream.load_state(state["producer"]["stream"])
         return state

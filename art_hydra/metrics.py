@@ -14,20 +14,23 @@ from art_hydra.config.schema import ProgressBar
 METRICS_FILE = "metrics.jsonl"
 
 
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def _truncate_after(path: Path, step: int) -> None:
     if not path.exists():
         return
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = _read_jsonl(path)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows if r["step"] <= step))
     os.replace(tmp, path)
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / METRICS_FILE
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return _read_jsonl(Path(run_dir) / METRICS_FILE)
 
 
 class MetricsLog:

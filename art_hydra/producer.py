@@ -172,12 +172,6 @@ class RLProducer:
         ]
         return [batch]
 
-    def state(self) -> dict[str, Any]:
-        return {"stream": self.stream.state()}
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        self.stream.load_state(state["stream"])
-
 
 class SFTProducer:
     """Packs (prompt, answer) examples; one input per accumulation micro-batch."""
@@ -242,9 +236,3 @@ class SFTProducer:
         for b in micro:
             b.step_loss_tokens = total
         return micro
-
-    def state(self) -> dict[str, Any]:
-        return {"stream": self.stream.state()}
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        self.stream.load_state(state["stream"])
