@@ -9,7 +9,7 @@ from conftest import output_of
 
 from art_hydra import ConfigValidationError, compose
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def _problems(overrides: list[str]) -> dict[str, list]:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from conftest_model import tiny
 
 from art_hydra.producer import SFTProducer
 from art_hydra.trainer import Objective, Trainer
+
+#: These tests train the tiny model.
+pytestmark = pytest.mark.slow
 
 
 def _grads(trainer: Trainer, batches) -> dict[str, torch.Tensor]:  # type: ignore[no-untyped-def]

@@ -16,7 +16,7 @@ import art_hydra.config.schema as schema
 from art_hydra import compose
 from art_hydra.config.docs import field_docs
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 GROUPS = ["algorithm", "backend", "model", "task", "experiment"]
 
 # Settings some options need to be complete (the jsonl task needs a file and room for

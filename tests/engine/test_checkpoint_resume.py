@@ -15,6 +15,9 @@ from art_hydra import compose, train
 from art_hydra.checkpoint import Checkpointer
 from art_hydra.metrics import read_metrics
 
+#: These tests train the tiny model.
+pytestmark = pytest.mark.slow
+
 DETERMINISTIC = ("reward_mean", "reward_std", "loss", "grad_norm", "learning_rate", "entropy")
 
 

@@ -10,7 +10,7 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 IGNORE = shutil.ignore_patterns(
     ".venv",
     "outputs",

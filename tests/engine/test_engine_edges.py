@@ -19,6 +19,9 @@ from art_hydra.rl.losses import PolicyLossSettings, policy_loss
 from art_hydra.rl.sampling import SamplingSettings
 from art_hydra.tasks import Example
 
+#: These tests train the tiny model.
+pytestmark = pytest.mark.slow
+
 
 def test_masked_positions_with_minus_inf_add_exactly_zero() -> None:
     logp = torch.tensor([float("-inf"), -0.5])  # a suppressed pad target, then a real token

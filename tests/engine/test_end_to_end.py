@@ -12,9 +12,13 @@ import sys
 import termios
 from pathlib import Path
 
+import pytest
 from conftest import ART_HYDRA, output_of
 
 from art_hydra.metrics import read_metrics
+
+#: These tests train the tiny model.
+pytestmark = pytest.mark.slow
 
 
 def _run_dir(root: Path) -> Path:
