@@ -6,9 +6,13 @@ libraries are imported inside the code that trains.
 
 from art_hydra.config import (
     ConfigValidationError,
+    Fix,
+    Kind,
     Problem,
     RunConfig,
+    Severity,
     compose,
+    fix,
     validate,
     validator,
 )
@@ -16,9 +20,13 @@ from art_hydra.run import train
 
 __all__ = [
     "ConfigValidationError",
+    "Fix",
+    "Kind",
     "Problem",
     "RunConfig",
+    "Severity",
     "compose",
+    "fix",
     "train",
     "validate",
     "validator",

@@ -20,6 +20,8 @@ import torch
 from hydra.errors import CompactHydraException
 from safetensors.torch import load_file, save_file
 
+from art_hydra.run_folder import checkpoint_folders
+
 PREFIX = "step-"
 STATE_DIR = "trainer_state"
 
@@ -96,14 +98,9 @@ class Checkpointer:
         return step == max_steps or (every > 0 and step % every == 0)
 
     def complete(self) -> list[Path]:
-        """Checkpoints that were renamed into place (only whole ones ever are)."""
-        if not self.root.is_dir():
-            return []
-        return sorted(
-            p
-            for p in self.root.iterdir()
-            if p.is_dir() and p.name.startswith(PREFIX) and (p / STATE_DIR / "state.json").is_file()
-        )
+        """Checkpoints that were renamed into place (only whole ones ever are), oldest
+        first by step number."""
+        return checkpoint_folders(self.root)
 
     def latest(self) -> Path | None:
         found = self.complete()
@@ -117,7 +114,12 @@ class Checkpointer:
         for stale in self.root.glob(f".tmp-{PREFIX}*"):  # left by a crashed writer
             shutil.rmtree(stale, ignore_errors=True)
         loaded = trainer.loaded
-        loaded.model.save_pretrained(tmp, safe_serialization=True)
+        if loaded.is_peft:
+            from art_hydra.backends.adapters import save_adapters
+
+            save_adapters(loaded.model, tmp)
+        else:
+            loaded.model.save_pretrained(tmp, safe_serialization=True)
         loaded.tokenizer.save_pretrained(tmp)
         state_dir = tmp / STATE_DIR
         state_dir.mkdir()
@@ -154,11 +156,10 @@ class Checkpointer:
         model = trainer.loaded.model
         device = trainer.loaded.device
         if trainer.loaded.is_peft:
-            from peft import set_peft_model_state_dict
+            from art_hydra.backends.adapters import load_adapters
 
             weights = load_file(path / "adapter_model.safetensors", device=str(device))
-            outcome = set_peft_model_state_dict(model, weights)
-            unexpected = list(getattr(outcome, "unexpected_keys", []) or [])
+            unexpected = load_adapters(model, weights)
             if unexpected:
                 raise RuntimeError(
                     f"checkpoint {path} does not match the adapters: unexpected {unexpected[:5]}"

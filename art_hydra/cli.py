@@ -1,11 +1,12 @@
 """The ``art-hydra`` command (also ``python -m art_hydra``): a thin Hydra entry point.
 
-Before Hydra runs anything, the command composes the config exactly as Hydra will and
-validates it, so a configuration that cannot work is rejected with one complete report
-before an output directory, a model or a queue exists (Hydra 1.3 has no compose-time
-hook, and it turns exceptions in callbacks into warnings). With ``-m`` the pre-flight
-sweeper (``hydra/sweeper=preflight``) checks every sweep point before the first job
-starts; every job checks its own config again in :func:`art_hydra.run.train`.
+Before Hydra runs anything, the command composes the config exactly as Hydra will,
+checks it, and runs the world pre-flight against the run folder Hydra is about to use,
+so a configuration that cannot work is rejected with one complete report before an
+output directory, a model or a queue exists (Hydra 1.3 has no compose-time hook, and it
+turns exceptions in callbacks into warnings). A sweep (``-m``, or ``hydra.mode=MULTIRUN``
+as plain Hydra reads it) goes to the pre-flight sweeper, which checks every point before
+the first job starts; every job checks its own config again in :func:`art_hydra.train`.
 """
 
 from __future__ import annotations
@@ -15,28 +16,56 @@ import sys
 from typing import Any
 
 import hydra
+from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from art_hydra.config.composition import CONFIG_NAME, Composition, compose_and_check, config_path
+from art_hydra.config import hydra_compat
+from art_hydra.config.composition import (
+    CONFIG_NAME,
+    Composition,
+    announce_warnings,
+    compose_and_check,
+    config_path,
+    make_loader,
+)
 from art_hydra.config.problems import ConfigValidationError, format_report
 from art_hydra.config.store import register_configs
-from art_hydra.run import resolved_yaml
+from hydra_plugins.art_hydra_preflight import register_sweeper
+
+
+def full_error() -> bool:
+    """Whether the user asked Hydra for tracebacks (``HYDRA_FULL_ERROR=1``)."""
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
+def report_and_exit(exc: CompactHydraException) -> None:
+    """A user's mistake: its message alone on stderr, exit status 1 (no traceback, and
+    without the HYDRA_FULL_ERROR hint Hydra would append)."""
+    sys.stderr.write(str(exc).rstrip() + "\n")
+    sys.exit(1)
 
 
 @hydra.main(config_path=config_path(), config_name=CONFIG_NAME, version_base="1.3")
 def hydra_main(cfg: DictConfig) -> Any:
     """Hydra's task function: one job. Heavy imports happen inside ``train``."""
+    from hydra.core.hydra_config import HydraConfig
+
     from art_hydra.run import train
 
-    return train(cfg)
+    try:
+        return train(cfg)
+    except CompactHydraException as exc:
+        # In a sweep the job's failure goes back to the sweeper (in another process under
+        # joblib or submitit), which reports it; alone, report it here.
+        if full_error() or HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise
+        report_and_exit(exc)
 
 
 def main() -> None:
-    """Console-script entry: validate first, then hand the same argv to Hydra."""
-    from hydra._internal.utils import get_args_parser
-
-    args = get_args_parser().parse_args()
+    """Console-script entry: check first, then hand the same argv to Hydra."""
+    args = hydra_compat.args_parser().parse_args()
     register_configs()  # also for -cp folders, which Hydra loads without importing them
     passthrough = args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
     primary = args.config_path
@@ -44,37 +73,50 @@ def main() -> None:
     checkable = primary is None or primary.startswith("pkg://") or os.path.isabs(primary)
     if not passthrough and checkable:
         _precheck(args)
+    register_sweeper()  # after the check: Hydra's plugin scan imports every launcher
     hydra_main()
 
 
 def _precheck(args: Any) -> None:
     """Reject bad configs before Hydra creates anything; serve single-run dry runs."""
-    from art_hydra.config.composition import make_loader
+    from art_hydra.preflight import add_world_problems
+    from art_hydra.run import resolved_yaml
 
     loader = make_loader(args.config_dir, args.config_path)
     config_name = args.config_name or CONFIG_NAME
     overrides = list(args.overrides)
-    if args.multirun:
+    if args.multirun or (
+        _asks_for_a_sweep(overrides)
+        and hydra_compat.run_mode(loader, config_name, overrides) == RunMode.MULTIRUN
+    ):
         # Only the master can be checked here; the sweeper checks every point.
-        result = compose_and_check(loader, config_name, overrides, RunMode.MULTIRUN, validate=False)
-        _reject_if_bad(result)
+        master = compose_and_check(loader, config_name, overrides, RunMode.MULTIRUN, validate=False)
+        _reject_if_bad(master)
         return
     result = compose_and_check(loader, config_name, overrides, RunMode.RUN)
+    if result.hydra is not None and result.hydra.mode == RunMode.MULTIRUN:
+        return  # the config's own hydra.mode asks for a sweep: the sweeper checks it
+    add_world_problems(result, remember_pass=True)
     _reject_if_bad(result)
-    cfg = result.config
-    assert cfg is not None
-    if cfg.hydra.mode == RunMode.MULTIRUN:
-        return  # the config itself asks for a sweep: the pre-flight sweeper takes over
-    if cfg.dry_run:
-        print(resolved_yaml(cfg))
+    announce_warnings(result.problems)
+    assert result.resolved is not None
+    if result.resolved.dry_run:
+        print(resolved_yaml(result.resolved))
         print("dry run: the configuration is valid; nothing was trained or written.")
         sys.exit(0)
+
+
+def _asks_for_a_sweep(overrides: list[str]) -> bool:
+    """Whether Hydra might run these overrides as a sweep without -m (``hydra.mode`` set
+    on the command line, or a value listing several choices); deciding it costs a
+    composition, so the common single run skips it."""
+    return any(o.lstrip("+~").startswith("hydra.mode") or "," in o for o in overrides)
 
 
 def _reject_if_bad(result: Composition) -> None:
     if result.ok:
         return
-    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+    if full_error():
         raise ConfigValidationError(result.problems)
     sys.stderr.write(format_report(result.problems) + "\n")
     sys.exit(1)

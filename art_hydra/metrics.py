@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from art_hydra.config.schema import ProgressBar
-
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -58,9 +56,7 @@ class MetricsLog:
                 log_dir=str(self.run_dir / "tensorboard"),
                 purge_step=start + 1 if resume_step is not None else None,
             )
-        show = {ProgressBar.on: True, ProgressBar.off: False}.get(
-            logging_cfg.progress_bar, sys.stdout.isatty()
-        )
+        show = {"on": True, "off": False}.get(logging_cfg.progress_bar, sys.stdout.isatty())
         self._bar = None
         if show:
             import shutil

@@ -5,14 +5,54 @@ fewest slots, and padded only to the longest row, so little compute goes to padd
 Each sequence keeps its own positions (0, 1, ...) and a block-diagonal causal mask
 confines attention to it, so a packed forward gives each sequence the same logits as
 running it alone.
+
+That holds only where the model honours the mask as given: a :class:`Layout` (chosen per
+model by :func:`art_hydra.backends.layout.row_layout`) says whether rows are packed and
+in which form the mask is passed, and falls back to one right-padded sequence per row
+with a plain padding mask wherever packing is not proven right.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import torch
+
+
+class MaskForm(Enum):
+    """How the attention mask of a packed batch reaches the model."""
+
+    #: Block-diagonal causal mask as booleans (True = may attend): what sdpa reads.
+    block_bool = "block_bool"
+    #: Block-diagonal causal mask as an additive float (0 / dtype minimum): eager attention
+    #: adds the mask to the scores, so booleans there would add +1/+0 and mask nothing.
+    block_additive = "block_additive"
+    #: One sequence per row, right-padded, with a 2D padding mask: the model builds its
+    #: own causal, sliding-window and recurrent masks, as it does for plain batches.
+    padding = "padding"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a model's training rows are laid out, and how its prompts are batched."""
+
+    #: The mask form; anything but ``padding`` packs several sequences per row.
+    mask: MaskForm
+    #: Whether the sampler may left-pad prompts of different lengths into one batch
+    #: (False: prompts are batched by length, so no row holds padding).
+    left_padding: bool = True
+    #: Why this layout, in words (logged, and shown in errors).
+    reason: str = ""
+
+    @property
+    def packs(self) -> bool:
+        return self.mask != MaskForm.padding
+
+
+#: Packed rows with a boolean mask: the tiny model's layout (a Llama on sdpa).
+PACKED = Layout(MaskForm.block_bool, reason="block-diagonal boolean mask (sdpa)")
 
 
 @dataclass
@@ -47,6 +87,8 @@ class PackedBatch:
     old_logprobs: torch.Tensor
     #: Real (non-padding) tokens.
     real_tokens: int
+    #: How the rows were laid out, hence which mask the forward needs.
+    layout: Layout
     #: Trained-on tokens of the whole optimizer step this micro-batch belongs to.
     step_loss_tokens: float = 0.0
     #: A warmup pass: forward/backward only, no weight or optimizer change.
@@ -64,16 +106,28 @@ class PackedBatch:
     def real_token_share(self) -> float:
         return self.real_tokens / self.input_ids.numel()
 
-    def attention_mask(self) -> torch.Tensor:
-        """Block-diagonal causal mask, [rows, 1, L, L] booleans (True = may attend)."""
+    def attention_mask(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The mask in the layout's form; ``dtype`` is the model's compute dtype (the
+        additive form must be in it, as transformers' own eager masks are).
+
+        Packed: block-diagonal causal, [rows, 1, L, L], booleans (True = may attend) or
+        additive floats (0 = may attend, the dtype's minimum = may not). One per row:
+        [rows, L] padding mask (1 = real token).
+        """
         seq = self.seq_ids
+        if self.layout.mask == MaskForm.padding:
+            return (seq >= 0).long()
         length = seq.shape[1]
         causal = torch.ones(length, length, dtype=torch.bool, device=seq.device).tril()
         same = seq.unsqueeze(-1) == seq.unsqueeze(-2)
         real = (seq >= 0).unsqueeze(-1)
         eye = torch.eye(length, dtype=torch.bool, device=seq.device)
         # Padding attends to itself only, so its softmax row is never empty (no NaN).
-        return ((causal & same & real) | eye).unsqueeze(1)
+        allowed = ((causal & same & real) | eye).unsqueeze(1)
+        if self.layout.mask == MaskForm.block_bool:
+            return allowed
+        blocked = torch.zeros(allowed.shape, dtype=dtype, device=seq.device)
+        return blocked.masked_fill(~allowed, torch.finfo(dtype).min)
 
     def to(self, device: torch.device) -> PackedBatch:
         for name in (
@@ -126,14 +180,13 @@ def _best_rows(sizes: list[int], capacity: int) -> tuple[list[list[int]], list[i
     return best[1], best[2]
 
 
-def pack(
-    sequences: list[Sequence], capacity: int, pad_id: int, several_per_row: bool = True
-) -> PackedBatch:
-    """Pack ``sequences`` into rows of at most ``capacity`` tokens.
+def pack(sequences: list[Sequence], capacity: int, pad_id: int, layout: Layout) -> PackedBatch:
+    """Lay ``sequences`` out in rows of at most ``capacity`` tokens, as ``layout`` says.
 
-    With ``several_per_row=False`` each sequence gets its own row, right-padded: correct
-    even for kernels that drop the attention mask in training (Unsloth), since causal
-    attention never looks at the padding after a sequence.
+    A layout that does not pack gives each sequence its own row, right-padded: correct
+    for any causal model, even kernels that drop the attention mask in training
+    (Unsloth), since neither causal attention nor a causal recurrence looks at the
+    padding after a sequence.
     """
     if not sequences:
         raise ValueError("nothing to pack")
@@ -144,7 +197,7 @@ def pack(
             "(model.max_seq_length)"
         )
     sizes = [len(s.tokens) for s in sequences]
-    if several_per_row:
+    if layout.packs:
         rows, fill = _best_rows(sizes, capacity)
     else:
         rows, fill = [[i] for i in range(len(sizes))], list(sizes)
@@ -183,4 +236,5 @@ def pack(
         advantages=advantages,
         old_logprobs=old_logprobs,
         real_tokens=sum(fill),
+        layout=layout,
     )

@@ -144,6 +144,7 @@ class RLProducer:
                 self.stop_ids,
                 tok.pad_token_id,
                 self.generator,
+                left_padding=self.loaded.layout.left_padding,
             )
         texts = tok.batch_decode(completions, skip_special_tokens=True)
         rewards = [
@@ -155,7 +156,7 @@ class RLProducer:
             Sequence(tokens=p + c, prompt_len=len(p), advantage=a, old_logprobs=lp)
             for p, c, a, lp in zip(repeated, completions, advantages, logprobs, strict=True)
         ]
-        batch = pack(sequences, self.capacity, tok.pad_token_id, self.loaded.packs)
+        batch = pack(sequences, self.capacity, tok.pad_token_id, self.loaded.layout)
         batch.step_loss_tokens = batch.loss_tokens
         mean = sum(rewards) / len(rewards)
         std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
@@ -228,7 +229,7 @@ class SFTProducer:
                 [self.sequences[ex] for ex in self.stream.take(self.batch_size)],
                 self.capacity,
                 pad,
-                self.loaded.packs,
+                self.loaded.layout,
             )
             for _ in range(self.accumulation)
         ]

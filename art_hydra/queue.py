@@ -1,30 +1,41 @@
-"""The producer <-> trainer channel, with every wait bounded.
+"""The producer <-> trainer channel: deadlocks detected at once, stalls bounded.
 
 The producer puts an input and waits for that optimizer step's result; the trainer
 runs in a background thread, takes inputs, and emits exactly one result per optimizer
-step (and one for the optional warmup pass). Nothing waits forever: a stall on either
-side raises :class:`StallError` naming who waits for what and for how long; an
-exception in the trainer reaches the producer within a poll interval and is re-raised
-with the trainer's traceback; :meth:`StepChannel.close` stops and joins the thread on
-every exit path (normal end, error, Ctrl-C).
+step (and one for the optional warmup pass).
+
+All of the channel's state (queued inputs, pending results, what each side waits for)
+sits under one condition variable, so the channel always knows both sides' waits at
+the same instant. When the producer waits for a result while the trainer waits for an
+input and nothing is in flight (no input queued, no result pending), neither side can
+ever move: that is a deadlock, and :class:`DeadlockError` is raised in the producer at
+once, naming both waits. The seed's example is RL with
+``trainer.gradient_accumulation_steps=2``: the producer sends one input per step and
+waits for its result; the trainer waits for a second input before stepping.
+
+The ``cfg.queue`` timeouts remain as the last resort for work that is genuinely stuck
+(a step that never finishes, a producer that never puts): :class:`StallError` names who
+waited for what and for how long. An exception in the trainer wakes the producer at
+once (within :data:`POLL_S` at worst) and is re-raised with the trainer's traceback;
+:meth:`StepChannel.close` stops and joins the thread on every exit path.
+
+The protocol has one producer thread: ``put`` and ``result`` are called from it, never
+concurrently (another thread putting while ``result`` waits would look like a deadlock).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import queue as stdlib_queue
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-#: How often a waiting side checks on the other (seconds): the latency with which a
-#: trainer error or shutdown is noticed.
+#: The longest a waiting producer sleeps between checks that the trainer thread is
+#: alive (seconds); every state change wakes it sooner.
 POLL_S = 0.05
-
-_STOP = object()
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +44,16 @@ class StallError(RuntimeError):
     """One side waited longer than its ``cfg.queue`` timeout for the other."""
 
 
+class DeadlockError(StallError):
+    """Both sides wait on each other with nothing in flight: no wait can ever end."""
+
+
 class TrainerError(RuntimeError):
     """The trainer thread raised; the message carries its traceback."""
+
+
+class _Stopped(Exception):
+    """The channel was closed while the trainer waited for an input."""
 
 
 class StepChannel:
@@ -47,12 +66,19 @@ class StepChannel:
     def __init__(self, queue_cfg: Any, train_fn: Callable[[Any], Any]) -> None:
         self._cfg = queue_cfg
         self._train_fn = train_fn
-        self._inputs: stdlib_queue.Queue[Any] = stdlib_queue.Queue(maxsize=queue_cfg.maxsize)
-        self._results: stdlib_queue.Queue[Any] = stdlib_queue.Queue()
-        self._stop = threading.Event()
+        self._cond = threading.Condition()
+        # Everything below is read and written under self._cond only.
+        self._inputs: deque[Any] = deque()
+        self._results: deque[Any] = deque()
+        self._stopping = False
         self._error: BaseException | None = None
         self._error_text = ""
-        #: What the trainer is doing right now, for stall messages.
+        #: Inputs the trainer has taken, and how many since its last result.
+        self._taken = 0
+        self._since_result = 0
+        #: True while the trainer is blocked waiting for its next input.
+        self._trainer_waits = False
+        #: What the trainer is doing right now, for error messages.
         self.trainer_state = "starting"
         self._producer_state = "starting"
         self._thread = threading.Thread(target=self._run, name="art-hydra-trainer", daemon=True)
@@ -60,72 +86,112 @@ class StepChannel:
 
     # -- trainer side -------------------------------------------------------------
     def _run(self) -> None:
-        received = 0
         try:
-            while not self._stop.is_set():
-                self.trainer_state = f"waiting for input #{received + 1}"
-                item = self._get_input(received + 1)
-                if item is _STOP:
-                    return
-                received += 1
-                self.trainer_state = f"training on input #{received}"
+            while True:
+                item = self._next_input()
                 result = self._train_fn(item)
-                if result is not None:
-                    self._results.put(result)
+                with self._cond:
+                    if result is not None:
+                        self._results.append(result)
+                        self._since_result = 0
+                    self.trainer_state = f"done with input #{self._taken}"
+                    self._cond.notify_all()
+        except _Stopped:
+            return
         except BaseException as exc:
-            self._error = exc
-            self._error_text = "".join(traceback.format_exception(exc))
-            self.trainer_state = f"stopped by {type(exc).__name__}"
+            with self._cond:
+                self._error = exc
+                self._error_text = "".join(traceback.format_exception(exc))
+                self.trainer_state = f"stopped by {type(exc).__name__}"
+                self._cond.notify_all()
 
-    def _get_input(self, number: int) -> Any:
-        deadline = time.monotonic() + self._cfg.input_timeout_s
-        while not self._stop.is_set():
+    def _next_input(self) -> Any:
+        """The next input, waiting at most ``queue.input_timeout_s`` for it."""
+        timeout = self._cfg.input_timeout_s
+        with self._cond:
+            number = self._taken + 1
+            deadline = time.monotonic() + timeout
+            self.trainer_state = f"waiting for input #{number}"
+            self._trainer_waits = True
+            self._cond.notify_all()  # a producer waiting for a result re-checks for deadlock
             try:
-                return self._inputs.get(timeout=POLL_S)
-            except stdlib_queue.Empty:
-                if time.monotonic() >= deadline:
-                    raise StallError(
-                        f"the trainer waited {self._cfg.input_timeout_s:g}s "
-                        f"(queue.input_timeout_s) for input #{number}; the producer is "
-                        f"{self._producer_state}"
-                    ) from None
-        return _STOP
+                while not self._inputs:
+                    if self._stopping:
+                        raise _Stopped
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise StallError(
+                            f"the trainer waited {timeout:g}s (queue.input_timeout_s) for input "
+                            f"#{number}; the producer is {self._producer_state}"
+                        )
+                    self._cond.wait(remaining)
+                if self._stopping:
+                    raise _Stopped
+                item = self._inputs.popleft()
+            finally:
+                self._trainer_waits = False
+            self._taken = number
+            self._since_result += 1
+            self.trainer_state = f"training on input #{number}"
+            self._cond.notify_all()  # room on the queue for a waiting put
+            return item
 
     # -- producer side ------------------------------------------------------------
     def put(self, item: Any) -> None:
-        """Hand one input to the trainer (bounded by ``queue.result_timeout_s``)."""
-        self._producer_state = "putting an input"
-        deadline = time.monotonic() + self._cfg.result_timeout_s
-        while True:
-            self._raise_if_trainer_failed()
-            try:
-                self._inputs.put(item, timeout=POLL_S)
-                self._producer_state = "producing the next input"
-                return
-            except stdlib_queue.Full:
-                if time.monotonic() >= deadline:
+        """Hand one input to the trainer (waits for room, bounded by
+        ``queue.result_timeout_s``)."""
+        timeout = self._cfg.result_timeout_s
+        with self._cond:
+            self._producer_state = "putting an input"
+            deadline = time.monotonic() + timeout
+            while len(self._inputs) >= self._cfg.maxsize:
+                self._raise_if_trainer_failed()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     raise StallError(
-                        f"the producer waited {self._cfg.result_timeout_s:g}s to put an input "
-                        f"on a full queue; the trainer is {self.trainer_state}"
-                    ) from None
+                        f"the producer waited {timeout:g}s to put an input on a full queue; "
+                        f"the trainer is {self.trainer_state}"
+                    )
+                self._cond.wait(min(remaining, POLL_S))
+            self._raise_if_trainer_failed()
+            self._inputs.append(item)
+            self._producer_state = "producing the next input"
+            self._cond.notify_all()
 
     def result(self, step: int) -> Any:
-        """Wait for the result of optimizer step ``step`` (bounded)."""
-        self._producer_state = f"waiting for the result of step {step}"
-        deadline = time.monotonic() + self._cfg.result_timeout_s
-        while True:
-            try:
-                value = self._results.get(timeout=POLL_S)
-                self._producer_state = "producing the next input"
-                return value
-            except stdlib_queue.Empty:
+        """Wait for the result of optimizer step ``step``: raises :class:`DeadlockError`
+        as soon as the trainer waits for an input that nothing will send, and
+        :class:`StallError` after ``queue.result_timeout_s``."""
+        timeout = self._cfg.result_timeout_s
+        with self._cond:
+            self._producer_state = f"waiting for the result of step {step}"
+            deadline = time.monotonic() + timeout
+            while not self._results:
                 self._raise_if_trainer_failed()
-                if time.monotonic() >= deadline:
+                if self._trainer_waits and not self._inputs:
+                    raise DeadlockError(self._deadlock_message(step))
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     raise StallError(
-                        f"the producer waited {self._cfg.result_timeout_s:g}s "
-                        f"(queue.result_timeout_s) for the result of step {step}; the trainer "
-                        f"is {self.trainer_state}"
-                    ) from None
+                        f"the producer waited {timeout:g}s (queue.result_timeout_s) for the "
+                        f"result of step {step}; the trainer is {self.trainer_state}"
+                    )
+                self._cond.wait(min(remaining, POLL_S))
+            self._producer_state = "producing the next input"
+            return self._results.popleft()
+
+    def _deadlock_message(self, step: int) -> str:
+        taken = self._since_result
+        return (
+            f"deadlock: the producer waits for the result of step {step} while the trainer "
+            f"waits for input #{self._taken + 1}, and no input is queued and no result is "
+            f"pending, so neither can ever move. The trainer has taken {taken} input(s) "
+            "since its last result and wants more before it steps: it expects more inputs "
+            "per optimizer step than the producer sends. Likely cause: RL with "
+            "trainer.gradient_accumulation_steps > 1 (RL sends one input per optimizer "
+            "step); use trainer.gradient_accumulation_steps=1 and put the whole step in "
+            "trainer.per_device_train_batch_size."
+        )
 
     def _raise_if_trainer_failed(self) -> None:
         if self._error is not None:
@@ -144,9 +210,9 @@ class StepChannel:
         The trainer checks for the stop between inputs, so the wait is bounded by the step
         in progress, and by ``queue.result_timeout_s`` at most.
         """
-        self._stop.set()
-        with contextlib.suppress(stdlib_queue.Full):
-            self._inputs.put_nowait(_STOP)
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
         self._thread.join(self._cfg.result_timeout_s)
         if self._thread.is_alive():
             log.warning(

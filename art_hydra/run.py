@@ -18,6 +18,7 @@ from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf
 
 from art_hydra.config.composition import validate
+from art_hydra.config.problems import ConfigValidationError, errors
 from art_hydra.config.schema import AlgorithmName
 
 log = logging.getLogger("art_hydra")
@@ -27,18 +28,13 @@ class ResumeError(CompactHydraException, FileNotFoundError):
     """``resume=true`` found nothing to resume from (a user's mistake: no traceback)."""
 
 
-#: How a report raised inside a job ends: the job's folder exists, nothing else does.
-_JOB_FOOTER = "The job stopped before loading a model; nothing was trained."
+#: How a report raised by ``train`` ends: nothing of the run was made.
+_JOB_FOOTER = "The run stopped before loading a model; nothing was trained."
 
 
 def resolved_yaml(cfg: Any) -> str:
-    """The run config as YAML, without Hydra's node, interpolations resolved where they can
-    be (``${hydra:...}`` values exist only inside a job)."""
-    body = OmegaConf.create({k: v for k, v in cfg.items() if k != "hydra"})
-    try:
-        return OmegaConf.to_yaml(body, resolve=True)
-    except Exception:
-        return OmegaConf.to_yaml(body)
+    """The run config as YAML (a checked config: every interpolation already resolved)."""
+    return OmegaConf.to_yaml(cfg)
 
 
 def default_run_dir() -> Path:
@@ -56,12 +52,18 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> dict[str, Any]:
     ``cfg`` may be a composed ``DictConfig``, a :class:`~art_hydra.config.schema.RunConfig`
     or a plain mapping. With ``dry_run=true`` it prints the resolved config and returns.
     """
+    from art_hydra.preflight import world_problems
+
     cfg = validate(cfg, footer=_JOB_FOOTER)
+    folder = Path(run_dir) if run_dir is not None else default_run_dir()
+    problems = world_problems(cfg, folder, trust_earlier_pass=True)
+    if errors(problems):
+        raise ConfigValidationError(problems, footer=_JOB_FOOTER)
     if cfg.dry_run:
         print(resolved_yaml(cfg))
         print("dry run: the configuration is valid; nothing was trained.")
         return {"dry_run": True}
-    return run_validated(cfg, run_dir)
+    return run_validated(cfg, folder)
 
 
 def build_trainer_and_producer(cfg: DictConfig) -> tuple[Any, Any]:
@@ -72,7 +74,7 @@ def build_trainer_and_producer(cfg: DictConfig) -> tuple[Any, Any]:
     from art_hydra.tasks import build_task
     from art_hydra.trainer import Objective, Trainer
 
-    task = build_task(cfg.task, cfg.seed)
+    task = build_task(cfg)
     loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=task.charset())
     batch, capacity = cfg.trainer.per_device_train_batch_size, cfg.model.max_seq_length
     if cfg.algorithm.name == AlgorithmName.sft:
@@ -101,6 +103,7 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
     import torch
     from transformers.utils import logging as hf_logging
 
+    from art_hydra import run_folder
     from art_hydra.checkpoint import Checkpointer
     from art_hydra.metrics import MetricsLog, plot_curve
     from art_hydra.queue import StepChannel
@@ -123,6 +126,10 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
             )
         start_step = checkpoints.load(latest, trainer, producer)["step"]
         log.info("resumed from %s (step %d)", latest, start_step)
+        saved = run_folder.saved_config(run_dir)
+        changed = run_folder.differences(saved, cfg) if saved is not None else []
+        run_folder.record_resume(run_dir, start_step, changed)
+    run_folder.write_run_config(run_dir, cfg)
     metrics = MetricsLog(
         run_dir, cfg.logging, cfg.trainer.max_steps, resume_step=start_step if cfg.resume else None
     )

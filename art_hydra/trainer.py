@@ -64,22 +64,54 @@ class Objective:
 def packed_logprobs(
     model: Any, batch: PackedBatch, sampling: SamplingSettings
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-position logprob of the next token (and entropy) from one packed forward."""
+    """Per-position logprob of the next token (and entropy) from one forward over the
+    batch's rows, with the mask in the form its layout needs."""
+    dtype = model.get_input_embeddings().weight.dtype  # what the attention scores are in
     logits = model(
         input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask(),
+        attention_mask=batch.attention_mask(dtype),
         position_ids=batch.position_ids,
     ).logits
     return token_logprobs(logits, batch.targets, sampling)
 
 
+def no_decay_parameters(model: Any) -> set[int]:
+    """Ids of the parameters that weight decay leaves alone, as Hugging Face's Trainer and
+    TRL do: biases, normalisation weights (any module class with "Norm" in its name) and
+    embeddings, including a head tied to them (the same parameter object).
+
+    Decay pulls a weight towards zero; for a norm's gain (1 by design) or a bias that is a
+    pull towards a meaningless value, and embedding rows of rare tokens, seldom updated,
+    would mostly just shrink.
+    """
+    keep: set[int] = set()
+    for module in model.modules():
+        whole = isinstance(module, torch.nn.Embedding) or "Norm" in type(module).__name__
+        for name, param in module.named_parameters(recurse=False):
+            if whole or name == "bias" or name.endswith("_bias"):
+                keep.add(id(param))
+    return keep
+
+
 def build_optimizer(model: Any, trainer_cfg: Any) -> tuple[Any, Any]:
-    """AdamW over the trainable parameters, and the learning-rate schedule."""
+    """AdamW over the trainable parameters, and the learning-rate schedule.
+
+    With ``weight_decay > 0`` the parameters of :func:`no_decay_parameters` form a second
+    group without decay. With no decay there is one group: splitting would change no
+    update, and a checkpoint written before the split still loads.
+    """
     from transformers import get_scheduler
 
     params = [p for p in model.parameters() if p.requires_grad]
+    groups: list[dict[str, Any]] = [{"params": params}]
+    if trainer_cfg.weight_decay > 0:
+        keep = no_decay_parameters(model)
+        decayed = [p for p in params if id(p) not in keep]
+        kept = [p for p in params if id(p) in keep]
+        groups = [{"params": decayed}, {"params": kept, "weight_decay": 0.0}]
+        groups = [group for group in groups if group["params"]]
     optimizer = torch.optim.AdamW(
-        params,
+        groups,
         lr=trainer_cfg.learning_rate,
         betas=(trainer_cfg.adam_beta1, trainer_cfg.adam_beta2),
         eps=trainer_cfg.adam_epsilon,
@@ -122,7 +154,9 @@ class Trainer:
     def _reference_logprobs(self, batch: PackedBatch) -> torch.Tensor:
         with torch.no_grad():
             if self.loaded.is_peft:
-                with self.model.disable_adapter():
+                from art_hydra.backends.adapters import adapters_disabled
+
+                with adapters_disabled(self.model):
                     return packed_logprobs(self.model, batch, self.objective.sampling)[0]
             return packed_logprobs(self.reference, batch, self.objective.sampling)[0]
 

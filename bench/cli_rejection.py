@@ -43,8 +43,9 @@ def run_once(cmd: list[str], cwd: str) -> float:
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
-    if "import" not in cmd[-1] and proc.returncode == 0:
-        raise SystemExit(f"expected a rejection from {cmd}, got exit 0")
+    rejected = proc.returncode == 1 and "The configuration cannot run" in proc.stderr
+    if "import" not in cmd[-1] and (not rejected or "Traceback" in proc.stderr):
+        raise SystemExit(f"expected a clean rejection from {cmd}, got:\n{proc.stderr}")
     return elapsed
 
 

@@ -19,6 +19,7 @@ import time
 from hydra.types import HydraContext, RunMode
 
 from art_hydra.config.composition import CONFIG_NAME, make_loader
+from art_hydra.config.problems import errors
 
 SWEEP = [
     "trainer.learning_rate=1e-4,3e-4,1e-3",
@@ -43,7 +44,7 @@ def main() -> None:
     sweeper.config = master
     sweeper.hydra_context = HydraContext(config_loader=loader, callbacks=Callbacks())
     points = sweeper.points(SWEEP)
-    assert all(not problems for _, problems in sweeper.preflight(points)), "points must be valid"
+    assert not any(errors(p) for p in sweeper.preflight(points)), "points must be valid"
 
     def timed(fn) -> float:
         gc.collect()

@@ -22,6 +22,6 @@ QUICK = [
 def tiny(overrides: list[str] | None = None) -> tuple[Any, Any, Any]:
     """(cfg, loaded model, task) for the tiny model on the reverse task."""
     cfg = compose([*QUICK, *(overrides or [])])
-    task = build_task(cfg.task, cfg.seed)
+    task = build_task(cfg)
     loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=task.charset())
     return cfg, loaded, task

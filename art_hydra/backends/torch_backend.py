@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
+from art_hydra.backends.layout import row_layout
 from art_hydra.config.schema import Device, DType, FinetuneMethod, ModelSource
+from art_hydra.packing import Layout
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
 class LoadedModel:
     """What a backend hands the run: the trainable model, its tokenizer and device."""
 
-    #: The policy (a peft ``PeftModel`` for LoRA, the plain model for full fine-tuning).
+    #: The policy (peft's LoRA tuner over the model, or the plain model for full tuning).
     model: Any
     #: The tokenizer (left padding).
     tokenizer: Any
@@ -20,8 +25,9 @@ class LoadedModel:
     device: Any
     #: True when the model carries LoRA adapters (the reference policy is then the base).
     is_peft: bool
-    #: Whether several sequences may share a row (the model honours a 4D attention mask).
-    packs: bool = True
+    #: How training rows are laid out and prompts batched, chosen by the backend from the
+    #: model's config (see :func:`art_hydra.backends.layout.row_layout`).
+    layout: Layout
 
 
 def resolve_device(device: Device) -> Any:
@@ -74,33 +80,20 @@ def load_base(model_cfg: Any, seed: int, charset: str | None = None) -> tuple[An
     return model, tokenizer
 
 
-def add_adapters(model: Any, lora_cfg: Any, seed: int) -> Any:
-    """Wrap ``model`` with LoRA adapters as configured (deterministic per seed)."""
-    import torch
-    from peft import LoraConfig as PeftLoraConfig
-    from peft import get_peft_model
-
-    config = PeftLoraConfig(
-        r=lora_cfg.r,
-        lora_alpha=lora_cfg.alpha,
-        lora_dropout=lora_cfg.dropout,
-        target_modules=list(lora_cfg.target_modules) or None,
-        modules_to_save=list(lora_cfg.modules_to_save) or None,
-        task_type="CAUSAL_LM",
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return get_peft_model(model, config)
-
-
 def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None) -> LoadedModel:
     """Load ``cfg.model`` with transformers (+ peft) on ``cfg.backend.device``."""
     device = resolve_device(backend_cfg.device)
     model, tokenizer = load_base(model_cfg, seed, charset)
     if backend_cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
+    layout = row_layout(model.config, capacity=model_cfg.max_seq_length)
+    log.info("row layout: %s", layout.reason)
     is_peft = model_cfg.finetune == FinetuneMethod.lora
     if is_peft:
-        model = add_adapters(model, model_cfg.lora, seed)
+        from art_hydra.backends.adapters import add_lora
+
+        model = add_lora(model, model_cfg.lora, seed)
     model.to(device)
-    return LoadedModel(model=model, tokenizer=tokenizer, device=device, is_peft=is_peft)
+    return LoadedModel(
+        model=model, tokenizer=tokenizer, device=device, is_peft=is_peft, layout=layout
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
+from art_hydra.backends.layout import unpacked_layout
 from art_hydra.backends.torch_backend import LoadedModel, resolve_device, torch_dtype
 from art_hydra.config.schema import DType, FinetuneMethod, ModelSource
 
@@ -56,6 +57,7 @@ def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None
         keep_alive.cleanup()
     # Unsloth's fast Llama forward drops the attention mask in training, so packed
     # sequences would attend to each other: one sequence per row instead.
+    layout = unpacked_layout(model.config, "Unsloth's fast kernels drop the attention mask")
     return LoadedModel(
-        model=model, tokenizer=tokenizer, device=device, is_peft=is_peft, packs=False
+        model=model, tokenizer=tokenizer, device=device, is_peft=is_peft, layout=layout
     )

@@ -1,20 +1,31 @@
-"""The config layer: schema, ConfigStore registration, validators, reports, composition.
+"""The config layer: schema, bounds, ConfigStore registration, validators, reports, compose.
 
 Everything in this package is import-light (hydra and omegaconf only) so that a bad
 configuration is rejected in a fraction of a second, before torch is ever imported.
 """
 
 from art_hydra.config.composition import compose, validate
-from art_hydra.config.problems import ConfigValidationError, Problem
+from art_hydra.config.problems import (
+    ConfigValidationError,
+    Fix,
+    Kind,
+    Problem,
+    Severity,
+    fix,
+)
 from art_hydra.config.registry import ENTRY_POINT_GROUP, registered_validators, validator
 from art_hydra.config.schema import RunConfig
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "ConfigValidationError",
+    "Fix",
+    "Kind",
     "Problem",
     "RunConfig",
+    "Severity",
     "compose",
+    "fix",
     "registered_validators",
     "validate",
     "validator",

@@ -3,9 +3,10 @@
 Hydra stops at the first bad override and never runs validators at composition. The
 functions below compose exactly as Hydra does (same config loader, same search path)
 and, when that fails, take the overrides apart to find every bad one: syntax errors,
-unknown group options, wrong types, unknown keys. Then they check the structure
-(unknown ``+`` keys, missing ``???`` values) and run every registered validator. The
-CLI, the pre-flight sweeper, each job, :func:`compose` and ``train(cfg)`` all use them.
+unknown group options, wrong types, unknown keys. Then they fit the result onto the
+schema with every interpolation resolved as the job will see it, check each field's
+bound and run every registered validator. The CLI, the pre-flight sweeper, each job,
+:func:`compose` and ``train(cfg)`` all use them.
 
 Nothing here imports torch, transformers, peft or unsloth.
 """
@@ -13,9 +14,9 @@ Nothing here imports torch, transformers, peft or unsloth.
 from __future__ import annotations
 
 import difflib
-import functools
 import importlib.util
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,19 +30,24 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from art_hydra.config.problems import NOTHING_STARTED, ConfigValidationError, Problem
+import art_hydra.config.validators  # noqa: F401  (registers the built-in rules)
+from art_hydra.config import hydra_compat
+from art_hydra.config.bounds import bound_problems, schema_default, type_hints
+from art_hydra.config.problems import (
+    NOTHING_STARTED,
+    ConfigValidationError,
+    Kind,
+    Problem,
+    Severity,
+    errors,
+    fix,
+    format_report,
+    warnings_of,
+)
 from art_hydra.config.registry import run_validators
 from art_hydra.config.schema import RunConfig
 from art_hydra.config.store import register_configs
-from art_hydra.config.structure import (
-    coerce_to_schema,
-    drop_shadowed,
-    leaf_problem,
-    structural_problems,
-    unknown_key_problem,
-    with_schema_defaults,
-)
-from art_hydra.config.validators import NOT_FINITE
+from art_hydra.config.structure import HYDRA_KEY, fit, type_problem, unknown_key_problem
 
 #: Name of the primary config in ``conf/``.
 CONFIG_NAME = "config"
@@ -55,41 +61,31 @@ def config_path() -> str:
     return str(Path(__file__).resolve().parents[2] / "conf")
 
 
-@functools.lru_cache(maxsize=8)
 def make_loader(config_dir: str | None = None, primary: str | None = None) -> ConfigLoader:
-    """A config loader with the search path Hydra's own entry point would build."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra._internal.utils import create_config_search_path
-    from hydra.core.config_search_path import SearchPathQuery
-    from hydra.core.utils import JobRuntime, setup_globals
-
-    setup_globals()  # Hydra's resolvers (now:, hydra:), as inside a Hydra app
+    """A config loader with Hydra's own search path; a relative ``config_dir`` is taken
+    from the current directory at each call."""
     register_configs()
-    search_path = create_config_search_path(primary or config_path())
-    if config_dir is not None:
-        search_path.prepend(
-            provider="command-line",
-            path=f"file://{os.path.abspath(config_dir)}",
-            anchor=SearchPathQuery(provider="schema"),
-        )
-    runtime = JobRuntime.instance()
-    if OmegaConf.is_missing(runtime.conf, "name"):
-        runtime.set("name", "art_hydra")
-    return ConfigLoaderImpl(config_search_path=search_path)
+    absolute = os.path.abspath(config_dir) if config_dir is not None else None
+    return hydra_compat.make_loader(primary or config_path(), absolute)
 
 
 @dataclass
 class Composition:
     """A composed config (best effort when there are problems) and every problem found."""
 
-    #: The composed config, including its ``hydra`` node; None if nothing could compose.
-    config: DictConfig | None
-    #: Every problem, in the order found: overrides, structure, validators.
+    #: The run config, typed, every interpolation resolved as the job will see it (values
+    #: with an error are back at their defaults); None if nothing could compose.
+    resolved: DictConfig | None
+    #: Every problem, in the order found: overrides, structure, bounds, validators.
     problems: list[Problem] = field(default_factory=list)
+    #: The composed ``hydra`` node (the job's view: number and output folder set).
+    hydra: DictConfig | None = None
+    #: The folder the job will run in (from the composed ``hydra`` node).
+    run_dir: str | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not errors(self.problems)
 
 
 def compose_and_check(
@@ -99,14 +95,15 @@ def compose_and_check(
     run_mode: RunMode = RunMode.RUN,
     *,
     master: DictConfig | None = None,
+    job_num: int | None = None,
     validate: bool = True,
 ) -> Composition:
     """Compose like Hydra, then report everything wrong with the result.
 
-    ``master`` is the multirun master config: points are then composed with
-    ``load_sweep_config``, exactly as Hydra's sweepers and launchers do. With
-    ``validate=False`` only composition errors are reported (for the multirun master,
-    which does not carry the swept values).
+    ``master`` is the multirun master config: a sweep point is then composed with
+    ``load_sweep_config``, exactly as Hydra's launchers do, and checked as job number
+    ``job_num`` will see it. With ``validate=False`` only composition errors are
+    reported (for the multirun master, which does not carry the swept values).
     """
     overrides = list(overrides)
     try:
@@ -117,40 +114,62 @@ def compose_and_check(
         problems: list[Problem] = []
     except Exception:  # any failure, even an OmegaConf bug, gets the full diagnosis
         if master is not None:
-            hydra_overrides = list(master.hydra.overrides.hydra)
-            config_name, overrides = master.hydra.job.config_name, hydra_overrides + overrides
+            config_name = master.hydra.job.config_name
+            overrides = [*master.hydra.overrides.hydra, *overrides]
             run_mode = RunMode.RUN
         cfg, problems = _diagnose(loader, config_name, overrides, run_mode)
+    result = Composition(None, problems)
     if cfg is not None and validate:
-        problems += check(cfg, failed_keys={p.key for p in problems})
-    return Composition(cfg, problems)
+        failed = {p.key for p in problems}
+        with hydra_compat.as_job(cfg, job_num):
+            result.run_dir = str(cfg.hydra.runtime.output_dir)
+            resolved, found = check(cfg, in_place=True)
+        with open_dict(resolved):
+            result.hydra = resolved.pop(HYDRA_KEY)
+        result.resolved = resolved
+        result.problems += [p for p in found if p.key not in failed]
+    return result
 
 
-def check(cfg: DictConfig, failed_keys: set[str] | None = None) -> list[Problem]:
-    """Structural problems and every validator's findings.
+def check(cfg: Any, *, in_place: bool = False) -> tuple[DictConfig, list[Problem]]:
+    """Fit ``cfg`` onto the schema, resolved, and run every check of the config alone.
 
-    A config whose root is not the schema (a user's primary config that left
-    ``art_hydra_schema`` out of its defaults) is fitted onto it first, and validators read
-    a copy with deleted fields restored, so each problem is reported once, by name.
+    Returns the typed, resolved config and every problem: structural ones, bounds, then
+    the validators' findings. A value with an error is put back to its schema default
+    before the next checks read it, so one mistake is reported once, by name, and no
+    rule trips over it (the config then only serves the report). With ``strict=true``
+    warnings count as errors. ``in_place`` resolves a composed config without copying it.
     """
-    found: list[Problem] = []
-    if OmegaConf.get_type(cfg) is not RunConfig:
-        cfg, found = coerce_to_schema(cfg)
-    structural = structural_problems(cfg)
-    deleted = any(p.value == "(deleted)" for p in structural)
-    found += structural + run_validators(with_schema_defaults(cfg) if deleted else cfg)
-    # A NaN or infinite value trips every range check on its key: report it once.
-    non_finite = {p.key for p in found if p.reason.startswith(NOT_FINITE)}
-    found = [p for p in found if p.key not in non_finite or p.reason.startswith(NOT_FINITE)]
-    return drop_shadowed(found, failed_keys or set())
+    typed, problems = fit(cfg, in_place=in_place)
+    _reset(typed, {p.key for p in problems})
+    bounds = list(bound_problems(typed, RunConfig))
+    _reset(typed, {p.key for p in bounds})
+    problems += bounds
+    flawed = {p.key for p in problems}
+    problems += [p for p in run_validators(typed) if p.key not in flawed]
+    if typed.strict:
+        problems = [
+            Problem(p.key, p.value, p.reason, p.fix, p.kind, Severity.error) for p in problems
+        ]
+    return typed, problems
+
+
+def _reset(typed: DictConfig, keys: set[str]) -> None:
+    """Put each of ``keys`` that is a schema field back to its default, in place."""
+    for key in keys:
+        key = key.partition("[")[0]
+        try:
+            default = schema_default(RunConfig, key)
+        except (KeyError, TypeError, AttributeError):
+            continue  # not a schema field (an unknown key, a group, an override)
+        with open_dict(typed):
+            OmegaConf.update(typed, key, default, merge=False)
 
 
 def _diagnose(
     loader: ConfigLoader, config_name: str | None, overrides: Sequence[str], run_mode: RunMode
 ) -> tuple[DictConfig | None, list[Problem]]:
     """Find every bad override, not just the first, and compose without them."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-
     parser = OverridesParser.create()
     problems: list[Problem] = []
     parsed: list[Override] = []
@@ -161,11 +180,14 @@ def _diagnose(
             detail = exc.message if isinstance(exc, OverrideParseException) else str(exc)
             problems.append(
                 Problem(
-                    key=text,
-                    value=text,
-                    reason=f"is not a valid override: {detail.splitlines()[0]}",
-                    fix="write key=value (+key=value adds, ~key deletes); quote values with "
-                    "spaces or special characters",
+                    text,
+                    text,
+                    f"is not a valid override: {detail.splitlines()[0]}",
+                    fix(
+                        note="write key=value (+key=value adds, ~key deletes); quote values "
+                        "with spaces or special characters"
+                    ),
+                    Kind.override,
                 )
             )
             continue
@@ -173,19 +195,18 @@ def _diagnose(
             key, _, value = text.partition("=")
             problems.append(
                 Problem(
-                    key=key,
-                    value=value,
-                    reason="lists several values, which is a sweep; a single run takes one value.",
-                    fix=f"art-hydra -m {text}  (run one job per value)",
+                    key,
+                    value,
+                    "lists several values, which is a sweep; a single run takes one value.",
+                    fix(note=f"art-hydra -m {text}  (one job per value)"),
+                    Kind.override,
                 )
             )
             continue
         parsed.append(override)
 
-    repo = loader.repository  # type: ignore[attr-defined]
-    groups = [o for o in parsed if _is_group_override(repo, o)]
+    groups = [o for o in parsed if hydra_compat.is_group(loader, o.key_or_group)]
     values = [o for o in parsed if o not in groups]
-
     good_groups: list[Override] = []
     for override in groups:
         problem = _group_choice_problem(loader, override)
@@ -206,47 +227,57 @@ def _diagnose(
     if cfg is None:
         accepted: list[Override] = []
         for override in good_groups:
-            try:
-                loader.load_configuration(
-                    config_name, [o.input_line for o in [*accepted, override]], run_mode=run_mode
-                )
+            if load([*accepted, override]) is not None:
                 accepted.append(override)
-            except Exception as exc:
-                problems.append(
-                    Problem(
-                        key=override.get_key_element(),
-                        value=override.get_value_element_as_str(),
-                        reason=f"cannot be applied: {_message(exc)}",
-                        fix=_group_fix(override),
+                continue
+            key = override.get_key_element()
+            error = _first_error(loader, config_name, [*accepted, override], run_mode)
+            problems.append(
+                Problem(
+                    key,
+                    override.get_value_element_as_str(),
+                    f"cannot be applied: {error}",
+                    fix(
+                        {key[1:]: override.get_value_element_as_str()},
+                        "drop the '+': the group is already in the defaults list",
                     )
+                    if override.is_add()
+                    else fix(note=f"check '{key}' and the config file it selects"),
+                    Kind.group,
                 )
+            )
         cfg = load(accepted)
         if cfg is None:
-            try:
-                loader.load_configuration(config_name, [], run_mode=run_mode)
-            except Exception as exc:
-                problems.append(
-                    Problem(
-                        key=str(config_name),
-                        value=str(config_name),
-                        reason=f"the primary config does not compose: {_message(exc)}",
-                        fix="repair the config files named above",
-                    )
+            problems.append(
+                Problem(
+                    str(config_name),
+                    str(config_name),
+                    "the primary config does not compose: "
+                    + _first_error(loader, config_name, [], run_mode),
+                    fix(note="repair the config files named above"),
+                    Kind.group,
                 )
+            )
             return None, problems
 
     for override in values:
         if override.is_sweep_override():
             continue  # the multirun master does not carry swept values; points are checked
         try:
-            ConfigLoaderImpl._apply_overrides_to_config([override], cfg)
+            hydra_compat.apply_override(cfg, override)
         except Exception as exc:
             problems.append(_value_override_problem(cfg, override, exc))
     return cfg, problems
 
 
-def _is_group_override(repo: Any, override: Override) -> bool:
-    return override.key_or_group == "hydra.searchpath" or repo.group_exists(override.key_or_group)
+def _first_error(
+    loader: ConfigLoader, config_name: str | None, items: Sequence[Override], run_mode: RunMode
+) -> str:
+    try:
+        loader.load_configuration(config_name, [o.input_line for o in items], run_mode=run_mode)
+    except Exception as exc:
+        return _message(exc)
+    return "unknown error"
 
 
 def _group_choice_problem(loader: ConfigLoader, override: Override) -> Problem | None:
@@ -263,56 +294,49 @@ def _group_choice_problem(loader: ConfigLoader, override: Override) -> Problem |
         return None
     close = difflib.get_close_matches(str(bad[0]), options, n=1, cutoff=0.0)
     return Problem(
-        key=group,
-        value=override.get_value_element_as_str(),
-        reason=f"group '{group}' has no option '{bad[0]}'. Available: {', '.join(options)}.",
-        fix=f"{override.get_key_element()}={close[0] if close else '<option>'}",
+        group,
+        override.get_value_element_as_str(),
+        f"group '{group}' has no option '{bad[0]}'. Available: {', '.join(options)}.",
+        fix({override.get_key_element(): close[0]}) if close else fix(note=f"{group}=<option>"),
+        Kind.group,
     )
-
-
-def _group_fix(override: Override) -> str:
-    key = override.get_key_element()
-    if override.is_add():
-        return (
-            f"{key[1:]}={override.get_value_element_as_str()}  (drop the '+': the group is "
-            "already in the defaults list)"
-        )
-    return f"check '{key}' and the config file it selects (named in the reason)"
 
 
 def _value_override_problem(cfg: DictConfig, override: Override, exc: BaseException) -> Problem:
     key = override.key_or_group
     value = override.value()
-    cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else None
-    if (
-        isinstance(value, dict)
-        and isinstance(cause, (ConfigKeyError, ConfigAttributeError))
-        and isinstance(OmegaConf.select(cfg, key, throw_on_missing=False), DictConfig)
-    ):
-        return Problem(
-            key=key,
-            value=value,
-            reason=f"adds new keys to the mapping '{key}', which Hydra closes in a "
-            "structured config.",
-            fix=f"+{override.input_line.lstrip('+')}",
-        )
-    if cause is not None:
-        return leaf_problem(cfg, key, value, cause)
-    if isinstance(exc, OmegaConfBaseException):
-        return leaf_problem(cfg, key, value, exc)
-    message = _message(exc)
+    cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
+    target = OmegaConf.select(cfg, key, throw_on_missing=False)
     if override.is_delete():
         return Problem(
-            key=key,
-            value=value,
-            reason=f"cannot be deleted: {message}",
-            fix=f"drop the '{override.input_line}' override",
+            key,
+            value,
+            f"cannot be deleted: {_message(exc)}",
+            fix(note=f"drop the '{override.input_line}' override"),
+            Kind.override,
         )
-    if "Could not override" in message:
+    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) or target is None:
+        if isinstance(value, dict) and isinstance(target, DictConfig):
+            return Problem(
+                key,
+                value,
+                f"adds new keys to the mapping '{key}', which Hydra closes in a structured config.",
+                fix(note=f"+{override.input_line.lstrip('+')}"),
+                Kind.unknown_key,
+            )
         parent_path = key.rpartition(".")[0]
         parent = OmegaConf.select(cfg, parent_path) if parent_path else cfg
         return unknown_key_problem(key, value, OmegaConf.get_type(parent))
-    return Problem(key=key, value=value, reason=message, fix=f"{key}=<value>")
+    kind = _field_type(key)
+    return type_problem(key, value, kind, getattr(kind, "__name__", str(kind)))
+
+
+def _field_type(key: str) -> Any:
+    cls: Any = RunConfig
+    for part in key.split("."):
+        hints = type_hints(cls) if isinstance(cls, type) else {}
+        cls = hints.get(part, Any)
+    return cls
 
 
 def _message(exc: BaseException) -> str:
@@ -321,6 +345,17 @@ def _message(exc: BaseException) -> str:
         parts.append(str(exc.__cause__).strip().splitlines()[0])
     text = " ".join(p.replace("\n", " ") for p in parts if p)
     return " ".join(text.split())
+
+
+_announced: set[tuple[str, str]] = set()
+
+
+def announce_warnings(problems: Sequence[Problem]) -> None:
+    """Print warnings once per process (the CLI, the sweeper and each job check again)."""
+    fresh = [p for p in warnings_of(problems) if (p.key, p.reason) not in _announced]
+    if fresh:
+        _announced.update((p.key, p.reason) for p in fresh)
+        sys.stderr.write(format_report(fresh) + "\n")
 
 
 def compose(
@@ -332,26 +367,27 @@ def compose(
 ) -> DictConfig:
     """Compose a run config for notebooks and tests; only validated configs come back.
 
-    Raises :class:`ConfigValidationError` listing every problem (bad overrides, unknown
-    keys, missing values, validator findings). Uses no global Hydra state, so it works
-    inside and outside a running Hydra app.
+    Returns the typed run config with every interpolation resolved (or, with
+    ``return_hydra_config``, the composed config with its ``hydra`` node). Raises
+    :class:`ConfigValidationError` listing every problem; prints warnings. A relative
+    ``config_dir`` is taken from the current directory at each call.
     """
     result = compose_and_check(make_loader(config_dir), config_name, overrides, RunMode.RUN)
-    if result.problems:
+    if not result.ok:
         raise ConfigValidationError(result.problems)
-    cfg = result.config
-    assert cfg is not None
-    if not return_hydra_config:
-        with open_dict(cfg):
-            del cfg["hydra"]
-    return cfg
+    announce_warnings(result.problems)
+    assert result.resolved is not None
+    if return_hydra_config:
+        with open_dict(result.resolved):
+            result.resolved[HYDRA_KEY] = result.hydra
+    return result.resolved
 
 
 def validate(cfg: Any, *, footer: str | None = NOTHING_STARTED) -> DictConfig:
     """Validate a config from anywhere (composed, built by hand, a RunConfig) and return it
-    typed. Raises :class:`ConfigValidationError` with every problem."""
-    typed, problems = coerce_to_schema(cfg)
-    problems += check(typed, failed_keys={p.key for p in problems})
-    if problems:
+    typed and resolved. Raises :class:`ConfigValidationError` with every problem."""
+    typed, problems = check(cfg)
+    if errors(problems):
         raise ConfigValidationError(problems, footer=footer)
+    announce_warnings(problems)
     return typed

@@ -1,60 +1,172 @@
-"""Problems found in a configuration, and the one report that lists them all."""
+"""Problems found in a configuration, and the one report that lists them all.
+
+A :class:`Problem` is data, not prose: it carries its :class:`Kind` (what sort of check
+found it), its :class:`Severity` (the run cannot work, or it works but is probably not
+what was meant) and a structured :class:`Fix` (the overrides that repair it). Code that
+sorts, deduplicates or applies problems reads those fields, never the message text.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from hydra.errors import CompactHydraException
 
 
+class Severity(Enum):
+    """Whether a problem stops the run."""
+
+    #: The run cannot work; nothing starts.
+    error = "error"
+    #: The run works but is probably not what was meant; printed, and the run goes on
+    #: (``strict=true`` makes warnings fatal).
+    warning = "warning"
+
+
+class Kind(Enum):
+    """Which check found a problem (the three moments: composition, world, run)."""
+
+    override = "override"  # an override that does not parse, or a sweep in a single run
+    group = "group"  # a config group option that does not exist
+    type = "type"  # a value of the wrong type
+    unknown_key = "unknown_key"  # a key the schema does not have
+    missing = "missing"  # a mandatory ??? value
+    deleted = "deleted"  # a schema field removed with ~key
+    interpolation = "interpolation"  # an interpolation that does not resolve
+    bound = "bound"  # a single-field bound declared on the schema
+    rule = "rule"  # a cross-field rule (a registered validator)
+    world = "world"  # files, installed packages, devices, the run folder
+    run = "run"  # what only the loaded model can tell
+    plugin = "plugin"  # a validator plugin that failed to import or crashed
+
+
+def override_value(value: Any) -> str:
+    """A value as a Hydra command-line override spells it."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    if isinstance(value, Enum):
+        return str(value.name)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(override_value(v) for v in value) + "]"
+    if isinstance(value, float) and value == int(value) and abs(value) < 1e15:
+        return repr(value)
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Fix:
+    """What repairs a problem: overrides to set, a note, and optionally another way."""
+
+    #: ``(key, value)`` pairs: the overrides that fix it, applied together.
+    sets: tuple[tuple[str, Any], ...] = ()
+    #: An instruction or an explanation shown after the overrides.
+    note: str = ""
+    #: Another fix that works as well.
+    alt: Fix | None = None
+
+    def overrides(self) -> list[str]:
+        """The fix as command-line overrides (empty when it is an instruction)."""
+        return [f"{key}={override_value(value)}" for key, value in self.sets]
+
+    def render(self) -> str:
+        text = " ".join(self.overrides())
+        if self.note:
+            text = f"{text} ({self.note})" if text else self.note
+        return f"{text}, or {self.alt.render()}" if self.alt is not None else text
+
+
+def fix(sets: Mapping[str, Any] | None = None, note: str = "", alt: Fix | None = None) -> Fix:
+    """Build a :class:`Fix` from a mapping of key -> value."""
+    return Fix(tuple((sets or {}).items()), note, alt)
+
+
 @dataclass(frozen=True)
 class Problem:
-    """One reason a configuration cannot run.
+    """One reason a configuration cannot run (or a warning that it may not do what was meant).
 
-    Every problem names the key path, the offending value, why it cannot work and the
-    override that fixes it, so a user can act on each line without reading code.
+    It names the key path, the offending value, why, and what fixes it, so a user can
+    act on each entry without reading code.
     """
 
     #: Dotted key path (``trainer.learning_rate``), a group (``algorithm``) or an override.
     key: str
-    #: The offending value, as the user wrote it or as it was composed.
+    #: The offending value, as written or as composed.
     value: Any
-    #: Why the value cannot work.
+    #: Why the value cannot work (or looks like a mistake).
     reason: str
-    #: A command-line override (or short instruction) that fixes it.
-    fix: str
+    #: What fixes it: a :class:`Fix`, or a plain instruction from a third-party validator.
+    fix: Fix | str
+    #: Which check found it.
+    kind: Kind = Kind.rule
+    #: Error (nothing runs) or warning (the run goes on).
+    severity: Severity = Severity.error
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == Severity.error
 
     def render(self, index: int) -> str:
         """Format as a numbered entry of the report."""
         shown = "" if self.value == self.key else f" = {_show(self.value)}"
         lines = [f"  {index}. {self.key}{shown}"]
         lines += [f"     {line}" for line in self.reason.strip().splitlines()]
-        lines.append(f"     fix: {self.fix}")
+        text = self.fix if isinstance(self.fix, str) else self.fix.render()
+        lines.append(f"     fix: {text}")
         return "\n".join(lines)
 
 
 def _show(value: Any) -> str:
     if isinstance(value, str):
         return repr(value) if value == "" or value.strip() != value else value
-    if hasattr(value, "name") and hasattr(value, "value") and type(value).__module__ != "builtins":
+    if isinstance(value, Enum):
         return str(value.name)  # Enum members print as their YAML spelling.
     return repr(value) if value is None else str(value)
+
+
+def errors(problems: Iterable[Problem]) -> list[Problem]:
+    return [p for p in problems if p.is_error]
+
+
+def warnings_of(problems: Iterable[Problem]) -> list[Problem]:
+    return [p for p in problems if not p.is_error]
 
 
 #: Closing line of a report raised before anything of the run exists.
 NOTHING_STARTED = "Nothing was started: no output directory, model or queue was created."
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
 def format_report(
     problems: Sequence[Problem], header: str | None = None, footer: str | None = NOTHING_STARTED
 ) -> str:
-    """All problems in one message, numbered, each with its fix."""
-    n = len(problems)
-    head = header or f"The configuration cannot run ({n} problem{'s' if n != 1 else ''}):"
-    lines = [head, *(p.render(i) for i, p in enumerate(problems, 1))]
-    if footer:
+    """Every problem in one message, errors first, each numbered with its fix (a warning
+    on a key that also has an error is left out: the error says more)."""
+    errs = errors(problems)
+    failed = {p.key for p in errs}
+    warns = [p for p in warnings_of(problems) if p.key not in failed]
+    lines: list[str] = []
+    if errs:
+        lines.append(header or f"The configuration cannot run ({_count(len(errs), 'problem')}):")
+        lines += [p.render(i) for i, p in enumerate(errs, 1)]
+    if warns:
+        if errs:
+            lines.append(f"Also {_count(len(warns), 'warning')} (the run would work, but check):")
+        else:
+            lines.append(
+                header
+                or f"The configuration runs, with {_count(len(warns), 'warning')} "
+                "(strict=true makes warnings fatal):"
+            )
+        lines += [p.render(i) for i, p in enumerate(warns, len(errs) + 1)]
+    if errs and footer:
         lines.append(footer)
     return "\n".join(lines)
 

@@ -1,29 +1,30 @@
 """The validator registry.
 
-A validator is a plain function that receives the composed config and returns (or
-yields) :class:`~art_hydra.config.problems.Problem` objects; it is registered with the
-:func:`validator` decorator. Third-party packages add validators without any change
-to art_hydra by declaring an entry point in the ``art_hydra.validators`` group that
-names either a decorated function or a module whose import registers some::
+A validator is a plain function that receives the composed, resolved config and
+returns (or yields) :class:`~art_hydra.config.problems.Problem` objects; it is
+registered with the :func:`validator` decorator. Third-party packages add validators
+without any change to art_hydra by declaring an entry point in the
+``art_hydra.validators`` group that names either a decorated function or a module
+whose import registers some::
 
     [project.entry-points."art_hydra.validators"]
     my_checks = "my_pkg.checks"
 
-Every registered validator runs on every composed config, and their findings are
-collected, not raised one at a time, so the user gets one report with every problem.
+Every registered validator runs on every config, and their findings are collected, not
+raised one at a time, so the user gets one report with every problem.
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
 from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from typing import Any
 
 from omegaconf import DictConfig
-from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
+from omegaconf.errors import MissingMandatoryValue
 
-from art_hydra.config.problems import Problem
+from art_hydra.config.problems import Kind, Problem, fix
 
 #: Entry-point group through which other packages contribute validators.
 ENTRY_POINT_GROUP = "art_hydra.validators"
@@ -31,7 +32,7 @@ ENTRY_POINT_GROUP = "art_hydra.validators"
 ValidatorFn = Callable[[DictConfig], Iterable[Problem] | None]
 
 _validators: dict[str, ValidatorFn] = {}
-_loaded = False
+_plugins_loaded = False
 _plugin_problems: list[Problem] = []
 
 
@@ -46,27 +47,33 @@ def validator(fn: ValidatorFn | None = None, *, name: str | None = None) -> Any:
 
 
 def registered_validators() -> dict[str, ValidatorFn]:
-    """Built-in and entry-point validators, loaded once per process."""
-    _load()
+    """Built-in and entry-point validators (plugins are loaded once per process)."""
+    _load_plugins()
     return dict(_validators)
 
 
-def _load() -> None:
-    global _loaded
-    if _loaded:
+@functools.cache
+def plugin_modules() -> tuple[str, ...]:
+    """Modules of installed validator plugins: code the user chose by installing it."""
+    return tuple(ep.value.partition(":")[0] for ep in entry_points(group=ENTRY_POINT_GROUP))
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
         return
-    _loaded = True
-    importlib.import_module("art_hydra.config.validators")
+    _plugins_loaded = True
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:
             obj = ep.load()
         except Exception as exc:  # a broken plugin must not silently stop checking
             _plugin_problems.append(
                 Problem(
-                    key=f"entry point {ENTRY_POINT_GROUP}:{ep.name}",
-                    value=ep.value,
-                    reason=f"the validator plugin failed to import: {type(exc).__name__}: {exc}",
-                    fix=f"repair or uninstall the package that provides '{ep.value}'",
+                    f"entry point {ENTRY_POINT_GROUP}:{ep.name}",
+                    ep.value,
+                    f"the validator plugin failed to import: {type(exc).__name__}: {exc}",
+                    fix(note=f"repair or uninstall the package that provides '{ep.value}'"),
+                    Kind.plugin,
                 )
             )
             continue
@@ -77,25 +84,25 @@ def _load() -> None:
 def run_validators(cfg: DictConfig) -> list[Problem]:
     """Run every validator on ``cfg`` and collect what they find.
 
-    A validator that trips over a missing mandatory value or a broken interpolation is
-    skipped (the structural check reports those itself); one that crashes becomes a problem of its
-    own rather than a traceback, so the report stays complete.
+    A validator that reads a value still missing (reported by the structure check) is
+    skipped; one that crashes becomes a problem of its own rather than a traceback, so
+    the report stays complete.
     """
     validators = registered_validators()
     problems = list(_plugin_problems)
     for name, fn in validators.items():
         try:
-            found = fn(cfg)
-            problems.extend(found or ())
-        except (MissingMandatoryValue, InterpolationResolutionError):
+            problems.extend(fn(cfg) or ())
+        except MissingMandatoryValue:
             continue
         except Exception as exc:
             problems.append(
                 Problem(
-                    key=f"validator {name}",
-                    value=type(exc).__name__,
-                    reason=f"the validator crashed: {exc}",
-                    fix="fix the validator, or uninstall the package that registers it",
+                    f"validator {name}",
+                    type(exc).__name__,
+                    f"the validator crashed: {exc}",
+                    fix(note="fix the validator, or uninstall the package that registers it"),
+                    Kind.plugin,
                 )
             )
     return problems

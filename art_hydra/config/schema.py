@@ -6,17 +6,23 @@ never restates a default. Field names follow Hugging Face ``TrainingArguments`` 
 TRL ``GRPOConfig`` so users can carry their knowledge over. Choices are ``Enum``s
 because OmegaConf rejects ``Literal`` annotations.
 
+Single-field limits sit next to each field (``bounded(...)``, checked by one walker in
+:mod:`art_hydra.config.bounds`); rules between fields are validators.
+
 This module is on the compose/validate path: it must import nothing heavier than
 ``omegaconf`` (no torch, transformers, peft or unsloth).
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from omegaconf import MISSING
+
+from art_hydra.config.bounds import bounded, section
 
 
 class AlgorithmName(Enum):
@@ -87,12 +93,8 @@ class ModelSource(Enum):
     tiny = "tiny"
 
 
-class ProgressBar(Enum):
-    """Progress bar: ``auto`` shows it only when stdout is a terminal."""
-
-    auto = "auto"
-    on = "on"
-    off = "off"
+#: Longest wait ``threading`` accepts (seconds); a larger timeout crashes the wait itself.
+WAIT_MAX_S = float(threading.TIMEOUT_MAX)
 
 
 @dataclass
@@ -100,14 +102,14 @@ class LoraConfig:
     """LoRA adapter settings (used when ``model.finetune=lora``)."""
 
     # Adapter rank; higher ranks train more parameters.
-    r: int = 16
+    r: int = bounded(16, ge=1, why="the rank of the adapter matrices.")
     # LoRA scaling numerator; the update is scaled by alpha / r.
-    alpha: int = 32
+    alpha: int = bounded(32, gt=0, why="the adapter update is scaled by alpha / r.")
     # Dropout applied to the adapter input, in [0, 1).
-    dropout: float = 0.0
-    # Module names that receive adapters.
-    target_modules: list[str] = field(
-        default_factory=lambda: [
+    dropout: float = bounded(0.0, ge=0, lt=1, why="a dropout probability.")
+    # Module names that receive adapters (matched against the model's module names).
+    target_modules: list[str] = bounded(
+        factory=lambda: [
             "q_proj",
             "k_proj",
             "v_proj",
@@ -115,7 +117,10 @@ class LoraConfig:
             "gate_proj",
             "up_proj",
             "down_proj",
-        ]
+        ],
+        nonempty=True,
+        why="with no target, peft would silently pick its own default modules; name the "
+        "modules to adapt, or train every weight with model.finetune=full.",
     )
     # Modules trained in full next to the adapters (for example lm_head on a fresh model).
     modules_to_save: list[str] = field(default_factory=list)
@@ -126,15 +131,15 @@ class TinyModelConfig:
     """Architecture of the small Llama built locally, with no hub access."""
 
     # Width of the residual stream.
-    hidden_size: int = 64
+    hidden_size: int = bounded(64, ge=1)
     # Number of decoder layers.
-    num_layers: int = 2
-    # Attention heads; must divide hidden_size.
-    num_heads: int = 4
+    num_layers: int = bounded(2, ge=1)
+    # Attention heads; must divide hidden_size into heads of even width.
+    num_heads: int = bounded(4, ge=1)
     # Width of the MLP.
-    intermediate_size: int = 256
+    intermediate_size: int = bounded(256, ge=1)
     # Standard deviation of the random initialisation.
-    init_std: float = 0.02
+    init_std: float = bounded(0.02, gt=0)
 
 
 @dataclass
@@ -142,11 +147,11 @@ class ModelConfig:
     """Which model to train and how its weights are adapted."""
 
     # Hugging Face hub id or local path (source=pretrained); a label for source=tiny.
-    name: str = MISSING
+    name: str = bounded(MISSING, nonempty=True)
     # pretrained: from_pretrained(name) from a local path or the hub cache; tiny: built locally.
     source: ModelSource = ModelSource.pretrained
     # Longest sequence (prompt plus completion) the model will see.
-    max_seq_length: int = 1024
+    max_seq_length: int = bounded(1024, ge=1)
     # Parameter dtype.
     dtype: DType = DType.auto
     # Load the base weights quantised to 4 bits (QLoRA); needs backend=unsloth.
@@ -154,9 +159,9 @@ class ModelConfig:
     # Train LoRA adapters or all weights.
     finetune: FinetuneMethod = FinetuneMethod.lora
     # LoRA settings.
-    lora: LoraConfig = field(default_factory=LoraConfig)
+    lora: LoraConfig = section(LoraConfig, when=("model.finetune", FinetuneMethod.lora))
     # Architecture of the model built when source=tiny.
-    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    tiny: TinyModelConfig = section(TinyModelConfig, when=("model.source", ModelSource.tiny))
     # Hub revision (branch, tag or commit) to load.
     revision: str | None = None
     # Allow custom modelling code shipped with the checkpoint.
@@ -167,7 +172,7 @@ class ModelConfig:
 class BackendConfig:
     """The library that loads and trains the model."""
 
-    # torch: transformers + peft, any device; unsloth: Unsloth's fast kernels, CUDA only.
+    # torch: transformers + peft, any device; unsloth: Unsloth's fast kernels.
     name: BackendName = BackendName.torch
     # Device to train on.
     device: Device = Device.auto
@@ -188,27 +193,31 @@ class TrainerConfig:
     """Optimisation settings shared by RL and SFT (names as in TrainingArguments)."""
 
     # Peak learning rate.
-    learning_rate: float = 1e-5
+    learning_rate: float = bounded(
+        1e-5, gt=0, why="with a zero or negative rate the weights never improve."
+    )
     # Sequences per forward/backward pass (completions in RL, examples in SFT).
-    per_device_train_batch_size: int = 8
+    per_device_train_batch_size: int = bounded(8, ge=1)
     # Micro-batches per optimizer step; RL requires 1 (see the README).
-    gradient_accumulation_steps: int = 1
+    gradient_accumulation_steps: int = bounded(
+        1, ge=1, why="it counts the micro-batches that make one optimizer step."
+    )
     # Optimizer steps in the run.
-    max_steps: int = 100
+    max_steps: int = bounded(100, ge=1)
     # Gradient-norm clipping threshold; 0 disables clipping.
-    max_grad_norm: float = 1.0
-    # AdamW decoupled weight decay.
-    weight_decay: float = 0.0
+    max_grad_norm: float = bounded(1.0, ge=0, why="0 disables clipping.")
+    # AdamW decoupled weight decay (not applied to biases, norms and embeddings).
+    weight_decay: float = bounded(0.0, ge=0, why="negative decay grows weights without bound.")
     # Steps of linear learning-rate warmup.
-    warmup_steps: int = 0
+    warmup_steps: int = bounded(0, ge=0)
     # Learning-rate schedule after warmup.
     lr_scheduler_type: SchedulerType = SchedulerType.constant
     # AdamW beta1.
-    adam_beta1: float = 0.9
+    adam_beta1: float = bounded(0.9, ge=0, lt=1, why="the decay rate of a running average.")
     # AdamW beta2.
-    adam_beta2: float = 0.999
+    adam_beta2: float = bounded(0.999, ge=0, lt=1, why="the decay rate of a running average.")
     # AdamW epsilon.
-    adam_epsilon: float = 1e-8
+    adam_epsilon: float = bounded(1e-8, gt=0, why="AdamW divides by sqrt(v) + epsilon.")
     # Run one forward/backward on the first input before training (allocates memory,
     # compiles kernels); changes no weight and no optimizer moment.
     warmup_pass: bool = False
@@ -219,23 +228,32 @@ class RLConfig:
     """GRPO-family settings (names as in TRL's GRPOConfig)."""
 
     # Completions sampled per prompt; advantages are normalised within each group.
-    num_generations: int = 8
-    # Longest prompt, in tokens; longer prompts are truncated from the left.
-    max_prompt_length: int = 256
+    num_generations: int = bounded(
+        8,
+        ge=2,
+        why="advantages are rewards normalised within a group of completions of one prompt, "
+        "and a group of one always has advantage 0.",
+    )
+    # Longest prompt, in tokens (chat template included); longer prompts are refused.
+    max_prompt_length: int = bounded(256, ge=1)
     # Most tokens generated per completion.
-    max_completion_length: int = 256
+    max_completion_length: int = bounded(256, ge=1, why="there would be nothing to reward.")
     # Sampling temperature for rollouts (also applied to training logprobs).
-    temperature: float = 1.0
+    temperature: float = bounded(
+        1.0, gt=0, why="logits are divided by it, and GRPO needs differing completions."
+    )
     # Nucleus sampling threshold in (0, 1].
-    top_p: float = 1.0
+    top_p: float = bounded(1.0, gt=0, le=1, why="the share of probability mass kept.")
     # Top-k sampling; 0 disables it.
-    top_k: int = 0
+    top_k: int = bounded(0, ge=0, why="0 disables top-k.")
     # Weight of the KL penalty to the reference policy; 0 disables it.
-    beta: float = 0.0
+    beta: float = bounded(0.0, ge=0, why="a negative weight rewards drifting from the reference.")
     # Lower clip range of the importance ratio (1 - epsilon).
-    epsilon: float = 0.2
+    epsilon: float = bounded(
+        0.2, gt=0, lt=1, why="the ratio is clipped below at 1 - epsilon, which must stay positive."
+    )
     # Upper clip range (1 + epsilon_high); unset means epsilon (DAPO's clip-higher when larger).
-    epsilon_high: float | None = None
+    epsilon_high: float | None = bounded(None, gt=0)
     # Policy-gradient loss.
     loss_type: LossType = LossType.ppo_clip
     # Divide group-centred rewards by the group's standard deviation.
@@ -246,8 +264,8 @@ class RLConfig:
 class SFTConfig:
     """Supervised fine-tuning settings (names as in TRL's SFTConfig)."""
 
-    # Longest training example (prompt plus answer), in tokens; longer ones are truncated.
-    max_length: int = 1024
+    # Longest training example (prompt plus answer), in tokens; longer ones are refused.
+    max_length: int = bounded(1024, ge=1)
     # Compute the loss on answer tokens only, not on the prompt.
     completion_only_loss: bool = True
 
@@ -259,7 +277,13 @@ class ProducerConfig:
     # Shuffle the task's examples before each pass over them.
     shuffle: bool = True
     # Completions per step saved to completions.jsonl in the run directory, for inspection.
-    log_completions: int = 2
+    log_completions: int = bounded(2, ge=0)
+
+
+_TIMEOUT_WHY = (
+    "every wait on the queue is bounded, so a stalled side raises an error instead of "
+    "hanging, and a thread wait accepts at most threading.TIMEOUT_MAX seconds."
+)
 
 
 @dataclass
@@ -267,16 +291,16 @@ class QueueConfig:
     """The producer <-> trainer channel; every wait on it is bounded by these timeouts."""
 
     # Seconds the producer waits for one optimizer-step result before raising a stall error.
-    result_timeout_s: float = 600.0
+    result_timeout_s: float = bounded(600.0, gt=0, le=WAIT_MAX_S, float32=False, why=_TIMEOUT_WHY)
     # Seconds the trainer waits for the next input before raising a stall error.
-    input_timeout_s: float = 600.0
+    input_timeout_s: float = bounded(600.0, gt=0, le=WAIT_MAX_S, float32=False, why=_TIMEOUT_WHY)
     # Inputs that may wait on the queue; 1 keeps training on-policy.
-    maxsize: int = 1
+    maxsize: int = bounded(1, ge=1)
 
 
 @dataclass
 class RewardConfig:
-    """The task's reward function, instantiated by `_target_`."""
+    """The task's reward function, named by `_target_`."""
 
     # Dotted path of a function (prompt, completion, answer) -> float.
     _target_: str = MISSING
@@ -287,7 +311,7 @@ class TaskConfig:
     """What the model is trained on, and how completions are scored."""
 
     # Short label used in logs and run names.
-    name: str = MISSING
+    name: str = bounded(MISSING, nonempty=True)
     # Where examples come from: a generator function or a JSONL file.
     source: TaskSource = TaskSource.generated
     # Dotted path of the example generator (source=generated).
@@ -295,11 +319,13 @@ class TaskConfig:
     # JSONL file with one {"prompt": ..., "answer": ...} object per line (source=jsonl).
     path: str | None = None
     # Examples drawn from the generator.
-    num_examples: int = 2000
+    num_examples: int = bounded(2000, ge=1, when=("task.source", TaskSource.generated))
     # Keyword arguments passed to the generator.
     params: dict[str, Any] = field(default_factory=dict)
     # Reward function.
     reward: RewardConfig = field(default_factory=RewardConfig)
+    # Module prefixes, besides art_hydra's own, whose functions reward and generator may name.
+    allowed_modules: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -307,11 +333,11 @@ class CheckpointConfig:
     """When and where checkpoints are written."""
 
     # Save every N optimizer steps; 0 saves only at the end of the run.
-    every_steps: int = 50
+    every_steps: int = bounded(50, ge=0, why="0 saves only at the end.")
     # Checkpoints kept on disk (oldest deleted first).
-    keep_last: int = 2
+    keep_last: int = bounded(2, ge=1, why="resume needs a checkpoint to load.")
     # Folder inside the run directory.
-    dir: str = "checkpoints"
+    dir: str = bounded("checkpoints", nonempty=True)
 
 
 @dataclass
@@ -319,13 +345,17 @@ class LoggingConfig:
     """What a run reports while it trains."""
 
     # Write metrics every N steps.
-    every_steps: int = 1
+    every_steps: int = bounded(1, ge=1)
     # Write TensorBoard event files.
     tensorboard: bool = True
     # Draw the reward curve to a PNG at the end.
     plot: bool = True
-    # Show a progress bar.
-    progress_bar: ProgressBar = ProgressBar.auto
+    # Progress bar: auto (only on a terminal), on or off (YAML's bare on/off/true/false work).
+    progress_bar: str = bounded(
+        "auto",
+        choices=("auto", "on", "off"),
+        aliases=(("True", "on"), ("true", "on"), ("False", "off"), ("false", "off")),
+    )
 
 
 @dataclass
@@ -341,9 +371,9 @@ class RunConfig:
     # Optimisation settings.
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     # RL settings (used when algorithm=rl).
-    rl: RLConfig = field(default_factory=RLConfig)
+    rl: RLConfig = section(RLConfig, when=("algorithm.name", AlgorithmName.rl))
     # SFT settings (used when algorithm=sft).
-    sft: SFTConfig = field(default_factory=SFTConfig)
+    sft: SFTConfig = section(SFTConfig, when=("algorithm.name", AlgorithmName.sft))
     # Rollout producer.
     producer: ProducerConfig = field(default_factory=ProducerConfig)
     # Producer <-> trainer queue.
@@ -355,8 +385,10 @@ class RunConfig:
     # Metrics, TensorBoard and plots.
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     # Seed for model init, sampling and data order.
-    seed: int = 42
+    seed: int = bounded(42, ge=-(2**63), le=2**64 - 1, why="torch seeds with a 64-bit integer.")
     # Validate and print the resolved config, then exit without training.
     dry_run: bool = False
     # Continue from the last complete checkpoint in the run directory.
     resume: bool = False
+    # Treat warnings as errors: refuse a configuration that only looks like a mistake.
+    strict: bool = False

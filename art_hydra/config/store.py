@@ -1,16 +1,17 @@
-"""Registration of the schema and the pre-flight sweeper with Hydra.
+"""Registration of the schema (and the pre-flight sweeper's settings) in Hydra's ConfigStore.
 
 ``conf/config.yaml`` starts its defaults list with ``art_hydra_schema``, so every
-composed config is typed by :class:`~art_hydra.config.schema.RunConfig` and a wrong
-type in any YAML file or override fails at composition; it also selects
-``hydra/sweeper=preflight``. ``conf/__init__.py`` calls :func:`register_configs`, and
-Hydra imports that package whenever it loads ``pkg://art_hydra.conf``, so both are in
-place for any Hydra entry point, launcher workers included. The sweeper class is also
-registered with Hydra's plugin registry directly, because Hydra's plugin scan does not
-see namespace packages installed in editable mode.
+composed config is typed by :class:`~art_hydra.config.schema.RunConfig` and a wrong type
+in any YAML file or override fails at composition; it also selects
+``hydra/sweeper=preflight``, whose settings node is defined here. The sweeper class
+itself lives in the ``hydra_plugins`` namespace (Hydra loads sweepers only from there)
+and is registered by the entry points that launch jobs (the CLI and ``conf/__init__``),
+never by this package.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 
@@ -19,28 +20,32 @@ from art_hydra.config.schema import RunConfig
 #: Name of the schema node that ``conf/config.yaml`` puts first in its defaults list.
 SCHEMA_NAME = "art_hydra_schema"
 
+
+@dataclass
+class PreflightSweeperConf:
+    """Settings of ``hydra/sweeper=preflight`` (the default in art_hydra's conf)."""
+
+    # The sweeper class Hydra instantiates.
+    _target_: str = "hydra_plugins.art_hydra_preflight.preflight_sweeper.PreflightSweeper"
+    # Jobs handed to the launcher at once; null launches all valid points in one batch.
+    max_batch_size: int | None = None
+    # Sweep definitions kept in config, e.g. {trainer.learning_rate: "1e-5,1e-4"}.
+    params: dict[str, str] = field(default_factory=dict)
+    # Launch the valid points and name the skipped ones, instead of launching nothing.
+    skip_invalid: bool = False
+
+
 _registered = False
 
 
 def register_configs() -> None:
-    """Store the schema once per process; later calls are free."""
+    """Store the schema and the sweeper settings once per process; later calls are free."""
     global _registered
     if _registered:
         return
     _registered = True
-    from hydra.core.plugins import Plugins
-
-    # Hydra's plugin scan re-executes plugin modules (BasicSweeper among them), so the
-    # scan must run before our sweeper module binds its base class.
-    plugins = Plugins.instance()
-    from hydra_plugins.art_hydra_preflight.preflight_sweeper import (
-        PreflightSweeper,
-        PreflightSweeperConf,
-    )
-
     store = ConfigStore.instance()
     store.store(name=SCHEMA_NAME, node=RunConfig, provider="art_hydra")
     store.store(
         group="hydra/sweeper", name="preflight", node=PreflightSweeperConf, provider="art_hydra"
     )
-    plugins.register(PreflightSweeper)

@@ -1,27 +1,235 @@
-"""Checks of a composed config's shape that Hydra itself does not make.
+"""Fit any config onto the schema, resolved, and report everything that does not fit.
 
-Hydra accepts ``+trainer.lerning_rate=1e-5`` into a structured config without a word,
-does not check ``???`` values at composition, and leaves broken interpolations to
-blow up when first read. This module finds all three in one walk over the config, and
-coerces hand-built configs onto the schema, listing every key that does not fit.
+One walk serves every way a config arrives: composed by Hydra, built by hand as a
+:class:`RunConfig` or a dict, or mutated after composition. It resolves every
+interpolation (``${oc.decode:...}``, ``${oc.env:...}``, ``${hydra:...}`` where a job
+view is set), so checks see the values the run will see; it finds the keys Hydra accepts
+silently (``+trainer.lerning_rate=1e-5``), ``???`` values, deleted schema fields,
+interpolations that do not resolve and values of the wrong type, all of them at once.
+What comes out is a typed config with no interpolation left: the values are decided
+once, and the run uses them.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
-from collections.abc import Iterator, Mapping, Sequence
+import enum
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from art_hydra.config.bounds import canonical, schema_default, type_hints
 from art_hydra.config.docs import field_doc
-from art_hydra.config.problems import Problem
+from art_hydra.config.hydra_compat import raw_value
+from art_hydra.config.problems import Kind, Problem, fix
 from art_hydra.config.schema import RunConfig
 
-#: Top-level keys that belong to Hydra, not to the run.
-_HYDRA_KEY = "hydra"
+#: The top-level key that belongs to Hydra, not to the run.
+HYDRA_KEY = "hydra"
+_MISSING = "???"
+
+
+def fit(user_cfg: Any, *, in_place: bool = False) -> tuple[DictConfig, list[Problem]]:
+    """``user_cfg`` (a DictConfig, a dataclass or a mapping) as a resolved, typed config,
+    with every problem found on the way.
+
+    A config Hydra composed is already typed; anything else is first filled leaf by leaf
+    into a fresh schema (every unknown key and wrong type reported, interpolations kept
+    as written). Then one walk resolves every interpolation in place (a composed config
+    is copied first unless ``in_place``: the CLI and the sweeper own theirs).
+    """
+    problems: list[Problem] = []
+    if isinstance(user_cfg, DictConfig) and OmegaConf.get_type(user_cfg) is RunConfig:
+        cfg = user_cfg if in_place else copy.deepcopy(user_cfg)
+        _resolve_typed(cfg, RunConfig, "", problems, composed=True)
+        return cfg, problems
+    if dataclasses.is_dataclass(user_cfg) and not isinstance(user_cfg, type):
+        source = _plain_dataclass(user_cfg)
+    elif isinstance(user_cfg, DictConfig):
+        source = OmegaConf.to_container(user_cfg, resolve=False)
+    elif isinstance(user_cfg, Mapping):
+        source = user_cfg
+    else:
+        raise TypeError(
+            "a config must be a DictConfig, a RunConfig or a mapping, not "
+            f"{type(user_cfg).__name__}"
+        )
+    cfg = OmegaConf.structured(RunConfig)
+    _fill(cfg, source, RunConfig, "", problems)
+    _resolve_typed(cfg, RunConfig, "", problems, composed=False)
+    return cfg, problems
+
+
+def _fill(
+    typed: DictConfig, source: Mapping, cls: type, prefix: str, problems: list[Problem]
+) -> None:
+    """Set each leaf of a plain mapping into the typed schema, reporting what does not fit."""
+    hints = type_hints(cls)
+    for key, value in source.items():
+        path = f"{prefix}{key}"
+        if not prefix and key == HYDRA_KEY:
+            continue
+        if key not in hints:
+            problems.append(unknown_key_problem(path, value, cls))
+            continue
+        kind = hints[key]
+        if dataclasses.is_dataclass(kind) and isinstance(value, Mapping):
+            _fill(typed[key], value, kind, f"{path}.", problems)
+            continue
+        try:
+            with open_dict(typed):
+                typed[key] = value
+        except OmegaConfBaseException:
+            problems.append(type_problem(path, value, kind, _type_name(kind)))
+
+
+def _deleted_problem(path: str) -> Problem:
+    return Problem(
+        path,
+        "(deleted)",
+        "is part of the schema and cannot be removed: the run reads it.",
+        fix(note=f"drop the '~{path}' override"),
+        Kind.deleted,
+    )
+
+
+def _resolve_typed(
+    node: DictConfig, cls: type, prefix: str, problems: list[Problem], composed: bool
+) -> None:
+    """Resolve every interpolation of a typed section in place, recording what fails (and,
+    in a composed config, schema fields that were deleted)."""
+    hints = type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    keys = list(node.keys())
+    for name in fields:
+        if name not in keys and composed:
+            problems.append(_deleted_problem(f"{prefix}{name}"))
+    for key in keys:
+        if not prefix and key == HYDRA_KEY:
+            continue
+        path = f"{prefix}{key}"
+        if key not in fields:
+            problems.append(unknown_key_problem(path, raw_value(node, key), cls))
+            continue
+        if not _resolve_item(node, key, path, problems):
+            continue
+        kind = hints[key]
+        child = node[key]
+        if dataclasses.is_dataclass(kind) and isinstance(child, DictConfig):
+            _resolve_typed(child, kind, f"{path}.", problems, composed)
+        elif isinstance(child, (DictConfig, ListConfig)):
+            _resolve_container(child, path, problems)
+        bound = fields[key].metadata.get("bound")
+        if bound is not None and bound.aliases:
+            node[key] = canonical(bound, node[key])
+
+
+def _resolve_item(node: Any, key: Any, path: str, problems: list[Problem]) -> bool:
+    """Replace an interpolation at ``key`` with its value; False if it has no usable value."""
+    if OmegaConf.is_missing(node, key):
+        problems.append(_missing_problem(path))
+        return False
+    if not OmegaConf.is_interpolation(node, key):
+        return True
+    raw = raw_value(node, key)
+    try:
+        value = node[key]
+        if isinstance(value, (DictConfig, ListConfig)):
+            value = OmegaConf.to_container(value, resolve=True)
+        node[key] = value
+    except OmegaConfBaseException as exc:
+        problems.append(_interpolation_problem(path, raw, exc))
+        return False
+    return True
+
+
+def _resolve_container(node: DictConfig | ListConfig, path: str, problems: list[Problem]) -> None:
+    keys = range(len(node)) if isinstance(node, ListConfig) else list(node.keys())
+    for key in keys:
+        sub = f"{path}[{key}]" if isinstance(node, ListConfig) else f"{path}.{key}"
+        if _resolve_item(node, key, sub, problems):
+            child = node[key]
+            if isinstance(child, (DictConfig, ListConfig)):
+                _resolve_container(child, sub, problems)
+
+
+def _plain_dataclass(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain_dataclass(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [_plain_dataclass(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _plain_dataclass(v) for k, v in obj.items()}
+    return obj
+
+
+def _missing_problem(path: str) -> Problem:
+    parent, _, name = path.rpartition(".")
+    doc = _doc_of(parent, name)
+    return Problem(
+        path,
+        _MISSING,
+        "is mandatory and has no value." + (f" It is: {doc.rstrip('.')}." if doc else ""),
+        fix(note=f"{path}=<value>"),
+        Kind.missing,
+    )
+
+
+def _doc_of(parent: str, name: str) -> str:
+    cls: Any = RunConfig
+    for part in [p for p in parent.split(".") if p]:
+        cls = type_hints(cls).get(part) if dataclasses.is_dataclass(cls) else None
+    return field_doc(cls, name) if cls is not None else ""
+
+
+def _interpolation_problem(path: str, raw: Any, exc: BaseException) -> Problem:
+    if "${hydra:" in str(raw):
+        reason = (
+            "reads Hydra's runtime config (${hydra:...}), which this run does not have: "
+            f"{str(exc).splitlines()[0]}"
+        )
+    else:
+        reason = f"the interpolation cannot be resolved: {str(exc).splitlines()[0]}"
+    return Problem(
+        path,
+        raw,
+        reason,
+        fix(note=f"{path}=<value>, or point the interpolation at an existing key"),
+        Kind.interpolation,
+    )
+
+
+def _type_name(kind: Any) -> str:
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return "one of " + ", ".join(kind.__members__)
+    return str(getattr(kind, "__name__", kind)).replace("typing.", "")
+
+
+def type_problem(path: str, value: Any, kind: Any, expected: str) -> Problem:
+    """A value of the wrong type, with the schema default (or the closest choice) as fix."""
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        options = list(kind.__members__)
+        folded = [o for o in options if o.lower() == str(value).lower()]
+        close = folded or difflib.get_close_matches(str(value), options, n=1, cutoff=0.0)
+        return Problem(
+            path,
+            value,
+            f"is not a valid choice: expected one of {', '.join(options)}.",
+            fix({path: close[0]}),
+            Kind.type,
+        )
+    try:
+        default = schema_default(RunConfig, path)
+    except (KeyError, TypeError):
+        default = None
+    suggestion = (
+        fix({path: default}, expected) if default is not None else fix(note=f"{path}=<{expected}>")
+    )
+    return Problem(path, value, f"has the wrong type: expected {expected}.", suggestion, Kind.type)
 
 
 def _fields(obj_type: Any) -> list[str] | None:
@@ -30,220 +238,42 @@ def _fields(obj_type: Any) -> list[str] | None:
     return None
 
 
-def suggest_key(parent_type: Any, key: str) -> str | None:
-    """The field of ``parent_type`` closest to the misspelt ``key``, if any is close."""
-    names = _fields(parent_type) or []
-    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
-    return close[0] if close else None
-
-
 def unknown_key_problem(path: str, value: Any, parent_type: Any) -> Problem:
     """A key that the schema section does not have, with the nearest real key."""
     parent, _, leaf = path.rpartition(".")
-    if _fields(parent_type) is None:  # an open mapping such as task.params
+    names = _fields(parent_type)
+    if names is None:  # an open mapping such as task.params
         return Problem(
-            key=path,
-            value=value,
-            reason=f"adds a new key to the mapping '{parent}', which Hydra closes once composed.",
-            fix=f"+{path}={_override_value(value)}",
+            path,
+            value,
+            f"adds a new key to the mapping '{parent}', which Hydra closes once composed.",
+            fix({f"+{path}": value}),
+            Kind.unknown_key,
         )
     section = getattr(parent_type, "__name__", "the config")
-    best = suggest_key(parent_type, leaf)
-    if best is not None:
-        target = f"{parent}.{best}" if parent else best
-        doc = field_doc(parent_type, best)
+    close = difflib.get_close_matches(leaf, names, n=1, cutoff=0.6)
+    if close:
+        target = f"{parent}.{close[0]}" if parent else close[0]
+        doc = field_doc(parent_type, close[0])
         hint = f" Did you mean {target}" + (f" ({doc.rstrip('.')})?" if doc else "?")
-        fix = f"{target}={_override_value(value)}"
+        suggestion = fix({target: value})
     else:
-        known = ", ".join(_fields(parent_type) or [])
-        hint = f" Known keys: {known}." if known else ""
-        fix = f"remove '{path}'"
+        hint = f" Known keys: {', '.join(names)}."
+        suggestion = fix(note=f"remove '{path}'")
     return Problem(
-        key=path,
-        value=value,
-        reason=f"is not a key of {section} ({parent or 'the top level'}), so it would be "
-        f"ignored.{hint}",
-        fix=fix,
+        path,
+        value,
+        f"is not a key of {section} ({parent or 'the top level'}), so it would be ignored.{hint}",
+        suggestion,
+        Kind.unknown_key,
     )
 
 
-def _override_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if value is None:
-        return "null"
-    return str(value)
-
-
-def structural_problems(cfg: DictConfig) -> list[Problem]:
-    """Unknown keys, missing mandatory values and broken interpolations, all of them."""
-    return list(_walk(cfg, ""))
-
-
-def _join(prefix: str, key: Any, in_list: bool) -> str:
-    if in_list:
-        return f"{prefix}[{key}]"
-    return f"{prefix}.{key}" if prefix else str(key)
-
-
-def _walk(node: DictConfig | ListConfig, prefix: str) -> Iterator[Problem]:
-    in_list = isinstance(node, ListConfig)
-    obj_type = list if in_list else OmegaConf.get_type(node)
-    known = _fields(obj_type)
-    keys = list(range(len(node))) if in_list else list(node.keys())
-    for name in known or ():
-        if name not in keys:
-            path = _join(prefix, name, False)
-            yield Problem(
-                key=path,
-                value="(deleted)",
-                reason="is part of the schema and cannot be removed: the run reads it.",
-                fix=f"drop the '~{path}' override",
-            )
-    for key in keys:
-        if not prefix and key == _HYDRA_KEY:
-            continue
-        path = _join(prefix, key, in_list)
-        if known is not None and key not in known:
-            yield unknown_key_problem(path, _raw(node, key), obj_type)
-            continue
-        if OmegaConf.is_missing(node, key):
-            doc = field_doc(obj_type, str(key))
-            yield Problem(
-                key=path,
-                value="???",
-                reason="is mandatory and has no value."
-                + (f" It is: {doc.rstrip('.')}." if doc else ""),
-                fix=f"{path}=<value>",
-            )
-            continue
-        if OmegaConf.is_interpolation(node, key):
-            raw = _raw(node, key)
-            if "${hydra:" in str(raw):
-                continue  # Hydra's runtime values exist only inside a job
-            try:
-                node[key]
-            except OmegaConfBaseException as exc:
-                yield Problem(
-                    key=path,
-                    value=raw,
-                    reason=f"the interpolation cannot be resolved: {str(exc).splitlines()[0]}",
-                    fix=f"{path}=<value>, or point the interpolation at an existing key",
-                )
-            continue
-        child = node[key]
-        if isinstance(child, (DictConfig, ListConfig)):
-            yield from _walk(child, path)
-
-
-def with_schema_defaults(cfg: DictConfig) -> DictConfig:
-    """A copy of ``cfg`` with deleted schema fields restored, for validators to read."""
-    body = {k: v for k, v in cfg.items() if k != _HYDRA_KEY}
-    return OmegaConf.merge(OmegaConf.structured(RunConfig), body)
-
-
-def _raw(node: DictConfig, key: Any) -> Any:
-    """The value as written (interpolations unresolved), for the report."""
-    child = node._get_node(key)
-    return child._value() if child is not None else None  # type: ignore[union-attr]
-
-
-def coerce_to_schema(user_cfg: Any) -> tuple[DictConfig, list[Problem]]:
-    """Fit a hand-built config (dataclass, dict or DictConfig) onto :class:`RunConfig`.
-
-    Configs composed by Hydra are already typed and pass through untouched. Others are
-    merged one leaf at a time so that every wrong type or unknown key is reported, not
-    just the first.
-    """
-    if isinstance(user_cfg, RunConfig):
-        return OmegaConf.structured(user_cfg), []
-    if isinstance(user_cfg, DictConfig) and OmegaConf.get_type(user_cfg) is RunConfig:
-        return user_cfg, []
-    if dataclasses.is_dataclass(user_cfg) and not isinstance(user_cfg, type):
-        user_cfg = OmegaConf.structured(user_cfg)
-    elif not isinstance(user_cfg, DictConfig):
-        if not isinstance(user_cfg, Mapping):
-            raise TypeError(
-                f"a config must be a DictConfig, a RunConfig or a mapping, not "
-                f"{type(user_cfg).__name__}"
-            )
-        user_cfg = OmegaConf.create(dict(user_cfg))
-    schema = OmegaConf.structured(RunConfig)
-    OmegaConf.set_struct(schema, True)
-    problems: list[Problem] = []
-    for path, value in _leaves(user_cfg, "", schema):
-        if path == _HYDRA_KEY:
-            continue
-        try:
-            if _untyped_dict_at(schema, path):
-                with open_dict(schema):
-                    OmegaConf.update(schema, path, value, merge=False)
-            else:
-                OmegaConf.update(schema, path, value, merge=True)
-        except OmegaConfBaseException as exc:
-            problems.append(leaf_problem(schema, path, value, exc))
-    return schema, problems
-
-
-def _untyped_dict_at(schema: DictConfig, path: str) -> bool:
-    node = OmegaConf.select(schema, path, throw_on_missing=False)
-    return isinstance(node, DictConfig) and _fields(OmegaConf.get_type(node)) is None
-
-
-def _leaves(cfg: DictConfig, prefix: str, schema: DictConfig) -> Iterator[tuple[str, Any]]:
-    for key in cfg:
-        path = f"{prefix}{key}"
-        raw = cfg._get_node(key)
-        target = OmegaConf.select(schema, path, throw_on_missing=False)
-        if (
-            isinstance(raw, DictConfig)
-            and not raw._is_missing()
-            and not raw._is_none()
-            and isinstance(target, DictConfig)
-            and _fields(OmegaConf.get_type(target)) is not None
-        ):
-            yield from _leaves(raw, f"{path}.", schema)
-        elif isinstance(raw, (DictConfig, ListConfig)):
-            yield path, OmegaConf.to_container(raw, resolve=False)
+def leaf_paths(cls: type = RunConfig, prefix: str = "") -> Iterator[str]:
+    """Every leaf key path of the schema (for tests and docs)."""
+    for f in dataclasses.fields(cls):
+        kind = type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(kind):
+            yield from leaf_paths(kind, f"{prefix}{f.name}.")
         else:
-            yield path, raw._value()  # type: ignore[union-attr]
-
-
-def leaf_problem(cfg: DictConfig, path: str, value: Any, exc: BaseException) -> Problem:
-    """Turn an OmegaConf error about setting ``path`` into an actionable problem."""
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
-
-    parent_path, _, _ = path.rpartition(".")
-    parent = OmegaConf.select(cfg, parent_path, throw_on_missing=False) if parent_path else cfg
-    parent_type = OmegaConf.get_type(parent) if isinstance(parent, DictConfig) else None
-    if isinstance(exc, (ConfigKeyError, ConfigAttributeError)) and parent_type is not None:
-        return unknown_key_problem(path, value, parent_type)
-    message = str(exc).splitlines()[0]
-    current = OmegaConf.select(cfg, path, throw_on_missing=False)
-    expected = _expected_type(parent_type, path.rpartition(".")[2])
-    if "expected one of" in message:
-        choices = message.split("expected one of", 1)[1].strip(" []")
-        options = [c.strip() for c in choices.split(",")]
-        folded = [o for o in options if o.lower() == str(value).lower()]
-        close = folded or difflib.get_close_matches(str(value), options, n=1, cutoff=0.0)
-        fix = f"{path}={close[0]}" if close else f"{path}=<one of the values listed>"
-    elif current is not None and not isinstance(current, (DictConfig, ListConfig)):
-        fix = f"{path}={_override_value(getattr(current, 'name', current))}"
-        if expected:
-            fix += f" ({'an' if expected[0] in 'aeiou' else 'a'} {expected})"
-    else:
-        fix = f"{path}=<{expected or 'value'}>"
-    return Problem(key=path, value=value, reason=f"{message}.", fix=fix)
-
-
-def _expected_type(parent_type: Any, name: str) -> str | None:
-    if not (isinstance(parent_type, type) and dataclasses.is_dataclass(parent_type)):
-        return None
-    hints = {f.name: f.type for f in dataclasses.fields(parent_type)}
-    hint = hints.get(name)
-    return str(hint).replace("typing.", "") if hint is not None else None
-
-
-def drop_shadowed(problems: Sequence[Problem], reported_keys: set[str]) -> list[Problem]:
-    """Drop validator findings on keys whose override already failed (they see a default)."""
-    return [p for p in problems if p.key not in reported_keys]
+            yield f"{prefix}{f.name}"

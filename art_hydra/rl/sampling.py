@@ -1,10 +1,17 @@
 """Logits processing shared by rollouts and training, and the rollout sampler.
 
-The same :func:`process_logits` turns raw logits into the sampling distribution when
-rollouts are drawn and when training computes logprobs. If the two differed (a
-temperature applied on one side only, a top-k mask on one side only), the importance
-ratio of some tokens would be astronomically large, the loss non-finite, and the next
-generation would crash.
+Every logprob (recorded at sampling, computed in training, and for the reference) is
+taken under one distribution, :func:`logprob_logits`: the temperature-scaled logits
+with the never-sampled special tokens removed. If the sides differed (a temperature on
+one side only), the importance ratio of some tokens would be astronomically large and
+the loss non-finite.
+
+Top-k and top-p only choose which tokens may be *drawn* (:func:`process_logits`), as in
+TRL: a logprob under the truncated distribution is -inf for any token outside the
+top-k/top-p set, which the reference (or the policy after an update, or the same policy
+in bf16) can easily put a sampled token into; the KL would be stuck at infinity and the
+loss non-finite. Under the untruncated distribution every sampled token has a finite
+logprob on every side.
 """
 
 from __future__ import annotations
@@ -30,13 +37,26 @@ class SamplingSettings:
     def from_config(cls, rl_cfg: Any, suppress_ids: tuple[int, ...] = ()) -> SamplingSettings:
         return cls(rl_cfg.temperature, rl_cfg.top_k, rl_cfg.top_p, tuple(suppress_ids))
 
+    @property
+    def truncates(self) -> bool:
+        """Whether top-k or top-p narrows the distribution tokens are drawn from."""
+        return self.top_k > 0 or self.top_p < 1.0
 
-def process_logits(logits: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
-    """Suppressed ids, temperature, top-k and top-p on the last dimension (float32 out)."""
+
+def logprob_logits(logits: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
+    """Temperature and suppressed ids on the last dimension (float32 out): the
+    distribution every logprob is taken under (no top-k/top-p, see the module doc)."""
     logits = logits.float() / settings.temperature
     if settings.suppress_ids:
         logits = logits.clone()
         logits[..., list(settings.suppress_ids)] = float("-inf")
+    return logits
+
+
+def process_logits(logits: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
+    """The distribution tokens are drawn from: :func:`logprob_logits` narrowed by top-k
+    and top-p (float32 out)."""
+    logits = logprob_logits(logits, settings)
     if settings.top_k > 0 and settings.top_k < logits.shape[-1]:
         kth = torch.topk(logits, settings.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -61,8 +81,9 @@ def suppressed_ids(tokenizer: Any) -> tuple[int, ...]:
 def token_logprobs(
     logits: torch.Tensor, targets: torch.Tensor, settings: SamplingSettings
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logprob of each target under the processed distribution, and its entropy."""
-    logp = torch.log_softmax(process_logits(logits, settings), dim=-1)
+    """Logprob of each target under :func:`logprob_logits`, and that distribution's
+    entropy."""
+    logp = torch.log_softmax(logprob_logits(logits, settings), dim=-1)
     chosen = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     probs = logp.exp()
     entropy = -(probs * torch.where(probs > 0, logp, torch.zeros_like(logp))).sum(-1)
@@ -71,7 +92,9 @@ def token_logprobs(
 
 def _cache_argument(model: Any) -> str:
     """The KV-cache keyword: ``cache`` in transformers >= 5.2x, ``past_key_values`` before."""
+    # Unwrap LoRA: a PeftModel's base model, or a LoraModel's wrapped model.
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = getattr(base, "model", base) if type(base).__name__ == "LoraModel" else base
     return (
         "cache"
         if "cache" in inspect.signature(type(base).forward).parameters
@@ -88,12 +111,44 @@ def sample(
     stop_ids: tuple[int, ...],
     pad_id: int,
     generator: torch.Generator,
+    left_padding: bool = True,
 ) -> tuple[list[list[int]], list[list[float]]]:
-    """Sample one completion per prompt (KV cache, left padding).
+    """Sample one completion per prompt (KV cache).
 
     Returns the completion tokens (ending with the stop token when the model stopped)
-    and the logprob of each under the processed distribution it was drawn from.
+    and the logprob of each under :func:`logprob_logits` (drawn with top-k/top-p).
+
+    With ``left_padding`` prompts of different lengths share one left-padded batch with
+    explicit positions. Without it (models whose convolutional or recurrent layers would
+    run through the padding), prompts are batched by length, which needs no padding.
     """
+    if left_padding or len({len(p) for p in prompts}) == 1:
+        return _sample_batch(model, prompts, max_new_tokens, settings, stop_ids, pad_id, generator)
+    by_length: dict[int, list[int]] = {}
+    for index, prompt in enumerate(prompts):
+        by_length.setdefault(len(prompt), []).append(index)
+    completions: list[list[int]] = [[] for _ in prompts]
+    logprobs: list[list[float]] = [[] for _ in prompts]
+    for indices in by_length.values():
+        group = [prompts[i] for i in indices]
+        tokens, values = _sample_batch(
+            model, group, max_new_tokens, settings, stop_ids, pad_id, generator
+        )
+        for i, row_tokens, row_values in zip(indices, tokens, values, strict=True):
+            completions[i], logprobs[i] = row_tokens, row_values
+    return completions, logprobs
+
+
+def _sample_batch(
+    model: Any,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    settings: SamplingSettings,
+    stop_ids: tuple[int, ...],
+    pad_id: int,
+    generator: torch.Generator,
+) -> tuple[list[list[int]], list[list[float]]]:
+    """One batch of prompts, left-padded to the longest (see :func:`sample`)."""
     device = next(model.parameters()).device
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
@@ -112,8 +167,11 @@ def sample(
     logprobs: list[torch.Tensor] = []
     position = positions[:, -1:]
     for _ in range(max_new_tokens):
-        logp = torch.log_softmax(process_logits(logits, settings), dim=-1)
-        nxt = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+        logp = torch.log_softmax(logprob_logits(logits, settings), dim=-1)
+        draw = (
+            torch.log_softmax(process_logits(logits, settings), -1) if settings.truncates else logp
+        )
+        nxt = torch.multinomial(draw.exp(), 1, generator=generator).squeeze(-1)
         tokens.append(torch.where(done, pad_id, nxt))
         logprobs.append(logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1))
         done = done | torch.isin(nxt, stops)

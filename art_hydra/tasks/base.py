@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hydra.errors import CompactHydraException
-
-from art_hydra.config.schema import TaskSource
-
-#: reward(prompt, completion, answer) -> float
-RewardFn = Callable[[str, str, "str | None"], float]
-
-
-@dataclass(frozen=True)
-class Example:
-    """One training example: a prompt and, optionally, its reference answer."""
-
-    prompt: str
-    answer: str | None = None
+from art_hydra.config.schema import AlgorithmName, TaskSource
+from art_hydra.config.targets import TargetError, allowed_prefixes, resolve
+from art_hydra.tasks.examples import Example, TaskDataError
+from art_hydra.tasks.jsonl import line_limit, read_jsonl
+from art_hydra.tasks.rewards import RewardFn, needs_answer
 
 
 @dataclass
@@ -31,6 +20,8 @@ class Task:
     name: str
     examples: list[Example]
     reward: RewardFn
+    #: Dotted path of the reward, for error messages.
+    reward_name: str = ""
 
     def charset(self) -> str:
         """Every character of every prompt and answer (the tiny model's vocabulary)."""
@@ -38,33 +29,62 @@ class Task:
         return "".join(sorted(chars))
 
 
-class TaskDataError(CompactHydraException, ValueError):
-    """Task data that cannot be used; the message names the file and line.
+@dataclass(frozen=True)
+class DataRules:
+    """What each line of a task's data must satisfy, derived from the run config."""
 
-    A user's mistake, not a bug: Hydra prints the message alone, without a traceback.
-    """
-
-
-def import_object(path: str, what: str) -> Any:
-    """Import ``module.attr`` with an error that says which config value was wrong."""
-    module_name, _, attr = path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise TaskDataError(f"{what}={path!r} cannot be imported: {exc}") from exc
+    #: Longest line accepted, in bytes, before it is parsed.
+    max_line_bytes: int
+    #: The budget that limit comes from, for messages.
+    limit_reason: str
+    #: Who needs every example to carry an answer (None: answers are optional).
+    answer_needed_by: str | None
 
 
-def build_task(task_cfg: Any, seed: int) -> Task:
-    """Build the task described by ``cfg.task``; examples are reproducible from ``seed``."""
-    from art_hydra.tasks.jsonl import read_jsonl
-
-    if task_cfg.source == TaskSource.jsonl:
-        examples = read_jsonl(task_cfg.path)
+def data_rules(cfg: Any, reward: Any) -> DataRules:
+    """The line rules for ``cfg``'s task: the length budget of the algorithm, and whether
+    SFT or the reward needs answers."""
+    if cfg.algorithm.name == AlgorithmName.sft:
+        budget, reason, needed = cfg.sft.max_length, f"sft.max_length={cfg.sft.max_length}", "SFT"
     else:
-        generator = import_object(task_cfg.generator, "task.generator")
-        params = dict(task_cfg.params)
-        examples = list(generator(random.Random(seed), task_cfg.num_examples, **params))
+        budget = cfg.rl.max_prompt_length
+        reason = f"rl.max_prompt_length={budget}"
+        needs = reward is not None and needs_answer(reward)
+        needed = f"the reward {cfg.task.reward._target_}" if needs else None
+    return DataRules(line_limit(budget), reason, needed)
+
+
+def resolve_task_code(task_cfg: Any, key: str) -> Any:
+    """The reward (``key="task.reward._target_"``) or generator, through the allowlist."""
+    path = task_cfg.reward._target_ if key == "task.reward._target_" else task_cfg.generator
+    try:
+        return resolve(path, key, allowed_prefixes(task_cfg.allowed_modules))
+    except TargetError as exc:
+        raise TaskDataError(f"{key}={path}: {exc}") from exc
+
+
+def generate_examples(task_cfg: Any, generator: Any, seed: int) -> list[Example]:
+    """The generated task's examples, reproducible from ``seed``."""
+    params = dict(task_cfg.params)
+    return list(generator(random.Random(seed), task_cfg.num_examples, **params))
+
+
+def build_task(cfg: Any) -> Task:
+    """Build the task of run config ``cfg`` (reads ``cfg.task``, and the length budget and
+    algorithm that decide which data lines are usable)."""
+    task_cfg = cfg.task
+    reward = resolve_task_code(task_cfg, "task.reward._target_")
+    if task_cfg.source == TaskSource.jsonl:
+        rules = data_rules(cfg, reward)
+        examples = read_jsonl(
+            task_cfg.path,
+            max_line_bytes=rules.max_line_bytes,
+            limit_reason=rules.limit_reason,
+            answer_needed_by=rules.answer_needed_by,
+        )
+    else:
+        generator = resolve_task_code(task_cfg, "task.generator")
+        examples = generate_examples(task_cfg, generator, cfg.seed)
     if not examples:
         raise TaskDataError(f"task {task_cfg.name!r} has no examples")
-    reward = import_object(task_cfg.reward._target_, "task.reward._target_")
-    return Task(name=task_cfg.name, examples=examples, reward=reward)
+    return Task(task_cfg.name, examples, reward, task_cfg.reward._target_)

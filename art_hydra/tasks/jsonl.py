@@ -1,39 +1,155 @@
-"""Read a user's JSONL file: one {"prompt": str, "answer": str (optional)} per line."""
+"""Read a user's JSONL file: one {"prompt": str, "answer": str (optional)} object per line.
+
+The file is streamed, never loaded whole: memory grows with the examples kept, not with
+the file. Each line is checked for size before it is decoded or parsed, so one huge
+line is refused at once (``file:line``) instead of being parsed and tokenised. Every
+problem names its ``file:line``: bytes that are not UTF-8, JSON that does not parse,
+duplicate keys (the JSON standard leaves them undefined and Python silently keeps the
+last), wrong types, and a missing answer where the reward or SFT needs one.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-from art_hydra.tasks.base import Example, TaskDataError
+from art_hydra.tasks.examples import Example, TaskDataError
+
+#: A line may take this many bytes per token of its length budget: far more than any
+#: tokenizer packs into one token, so only a line that cannot fit is refused.
+BYTES_PER_TOKEN = 64
+#: Room beyond the token budget for JSON syntax, an answer and other fields.
+LINE_SLACK_BYTES = 64 * 1024
+#: Problems listed in a report; the rest are counted.
+MAX_LISTED = 10
 
 
-def read_jsonl(path: str) -> list[Example]:
-    """Every example in ``path``; bad data raises an error naming the file and line."""
-    path = os.path.expanduser(path)
-    examples: list[Example] = []
+def line_limit(budget_tokens: int) -> int:
+    """The most bytes a line may take when its text must fit ``budget_tokens`` tokens."""
+    return BYTES_PER_TOKEN * budget_tokens + LINE_SLACK_BYTES
+
+
+@dataclass
+class Scan:
+    """What one pass over a file found."""
+
+    examples: int = 0
+    #: ``path:line: message`` for the first :data:`MAX_LISTED` problems.
+    errors: list[str] = field(default_factory=list)
+    #: Every problem, listed or not.
+    error_count: int = 0
+
+    def add_error(self, where: str, message: str) -> None:
+        self.error_count += 1
+        if len(self.errors) < MAX_LISTED:
+            self.errors.append(f"{where}: {message}")
+
+    def summary(self) -> str:
+        more = self.error_count - len(self.errors)
+        return "\n".join(self.errors) + (f"\n... and {more} more" if more > 0 else "")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    record: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in record:
+            raise ValueError(f"the key '{key}' appears twice")
+        record[key] = value
+    return record
+
+
+def _parse(raw: bytes, answer_needed_by: str | None) -> Example | str:
+    """An example, or why the line cannot be one."""
     try:
-        handle = open(path, encoding="utf-8")  # noqa: SIM115 (closed below)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+    try:
+        record = json.loads(text, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as exc:
+        return f"not valid JSON ({exc.msg} at column {exc.colno})"
+    except ValueError as exc:
+        return f"not valid JSON for a task: {exc}"
+    if not isinstance(record, dict):
+        return f"expected a JSON object, got {type(record).__name__}"
+    prompt = record.get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        return "needs a non-empty string 'prompt'"
+    answer = record.get("answer")
+    if answer is not None and not isinstance(answer, str):
+        return f"'answer' must be a string, not {type(answer).__name__}"
+    if answer_needed_by and not answer:
+        return f"has no 'answer', which {answer_needed_by} needs"
+    return Example(prompt=prompt, answer=answer)
+
+
+def scan_jsonl(
+    path: str,
+    *,
+    max_line_bytes: int,
+    limit_reason: str = "",
+    answer_needed_by: str | None = None,
+    visit: Callable[[int, Example], None] | None = None,
+) -> Scan:
+    """Stream ``path``: count its examples, hand each to ``visit`` with its line number,
+    and collect every problem with its ``file:line``."""
+    scan = Scan()
+    path = os.path.expanduser(path)
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 (closed below)
     except OSError as exc:
-        raise TaskDataError(f"{path}: cannot open task data: {exc.strerror}") from exc
+        scan.add_error(path, f"cannot open task data: {exc.strerror}")
+        return scan
     with handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
+        number = 0
+        while raw := handle.readline(max_line_bytes + 1):
+            number += 1
             where = f"{path}:{number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TaskDataError(f"{where}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(record, dict):
-                raise TaskDataError(f"{where}: expected a JSON object, got {type(record).__name__}")
-            prompt = record.get("prompt")
-            if not isinstance(prompt, str) or not prompt:
-                raise TaskDataError(f"{where}: needs a non-empty string 'prompt'")
-            answer = record.get("answer")
-            if answer is not None and not isinstance(answer, str):
-                raise TaskDataError(f"{where}: 'answer' must be a string when present")
-            examples.append(Example(prompt=prompt, answer=answer))
-    if not examples:
-        raise TaskDataError(f"{path}: no examples (the file is empty)")
+            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                size = len(raw)
+                while chunk := handle.readline(1 << 20):  # skip the rest, holding none of it
+                    size += len(chunk)
+                    if chunk.endswith(b"\n"):
+                        break
+                scan.add_error(
+                    where,
+                    f"the line has {size:,} bytes, far more than a prompt that fits "
+                    f"{limit_reason} could take (at most {max_line_bytes:,} bytes per line)",
+                )
+                continue
+            if not raw.strip():
+                continue
+            parsed = _parse(raw, answer_needed_by)
+            if isinstance(parsed, str):
+                scan.add_error(where, parsed)
+                continue
+            scan.examples += 1
+            if visit is not None:
+                visit(number, parsed)
+    if scan.examples == 0 and scan.error_count == 0:
+        scan.add_error(path, "no examples (the file is empty)")
+    return scan
+
+
+def read_jsonl(
+    path: str,
+    *,
+    max_line_bytes: int = line_limit(1 << 20),
+    limit_reason: str = "the length budget",
+    answer_needed_by: str | None = None,
+) -> list[Example]:
+    """Every example in ``path``; bad data raises one error listing each ``file:line``."""
+    examples: list[Example] = []
+    scan = scan_jsonl(
+        path,
+        max_line_bytes=max_line_bytes,
+        limit_reason=limit_reason,
+        answer_needed_by=answer_needed_by,
+        visit=lambda _, example: examples.append(example),
+    )
+    if scan.error_count:
+        raise TaskDataError(f"the task data cannot be used:\n{scan.summary()}")
     return examples

@@ -1,8 +1,45 @@
-"""Reward functions: ``reward(prompt, completion, answer) -> float``."""
+"""Reward functions: ``reward(prompt, completion, answer) -> float``.
+
+A reward that scores against the example's reference answer says so with
+``@reward(needs_answer=True)``, so the data check can refuse a file whose lines lack an
+answer when it is read, not when the line is first sampled mid-run. Functions without
+the marker need an answer when their ``answer`` parameter is annotated as a plain
+``str``; ``str | None``, a default value or no annotation means it is optional.
+"""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from typing import Any
 
+RewardFn = Callable[[str, str, "str | None"], float]
+
+
+def reward(*, needs_answer: bool) -> Callable[[RewardFn], RewardFn]:
+    """Mark a reward function with whether it needs each example's ``answer``."""
+
+    def mark(fn: RewardFn) -> RewardFn:
+        fn.needs_answer = needs_answer  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def needs_answer(fn: Any) -> bool:
+    """Whether ``fn`` scores against the reference answer (see the module docstring)."""
+    marked = getattr(fn, "needs_answer", None)
+    if isinstance(marked, bool):
+        return marked
+    params = list(inspect.signature(fn).parameters.values())
+    if len(params) < 3 or params[2].default is not inspect.Parameter.empty:
+        return False
+    annotation = params[2].annotation
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    return text == "str"
+
+
+@reward(needs_answer=True)
 def exact_match(prompt: str, completion: str, answer: str | None) -> float:
     """1.0 when the completion (stripped) equals the reference answer, else 0.0."""
     if answer is None:
@@ -10,6 +47,7 @@ def exact_match(prompt: str, completion: str, answer: str | None) -> float:
     return 1.0 if completion.strip() == answer.strip() else 0.0
 
 
+@reward(needs_answer=True)
 def char_overlap(prompt: str, completion: str, answer: str | None) -> float:
     """Share of answer positions matched character by character: a denser signal."""
     if not answer:

@@ -6,7 +6,7 @@ import random
 import string
 from collections.abc import Iterator
 
-from art_hydra.tasks.base import Example
+from art_hydra.tasks.examples import Example
 
 
 def reverse_examples(

@@ -1,52 +1,49 @@
-"""The pre-flight sweeper: every sweep point is validated before the first job starts.
+"""The pre-flight sweeper: every sweep point is checked before the first job starts.
 
 Hydra's basic sweeper composes each batch just before launching it and runs no
 validators, so a bad point deep in a sweep is found after earlier jobs have run, or
-never. This sweeper expands the sweep the same way (cartesian product of the
-overrides and ``hydra.sweeper.params``), composes and validates every point in the
-parent process, prints each invalid point with its overrides and problems, and
-launches nothing. With ``hydra.sweeper.skip_invalid=true`` it launches the valid points
-and names the skipped ones. Any launcher works (basic, joblib, submitit, ...).
+never. This sweeper expands the sweep the same way (cartesian product of the overrides
+and ``hydra.sweeper.params``), then composes each point as its job will see it (its job
+number and output folder, so ``${hydra:job.num}`` is evaluated as in the job), checks it
+and runs the world pre-flight for it, all in the parent process. If any point cannot
+run it prints each one with its overrides and problems and launches nothing. With
+``hydra.sweeper.skip_invalid=true`` it launches the valid points, each under its own
+number, and names the skipped ones. Any launcher works (basic, joblib, submitit, ...).
 """
 
 # No `from __future__ import annotations` here: Hydra's plugin scan executes this module
 # before registering it in sys.modules, and dataclasses with string annotations look the
 # module up there.
 import logging
-from dataclasses import dataclass, field
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import CompactHydraException
 from omegaconf import OmegaConf
 
-from art_hydra.config.composition import compose_and_check
-from art_hydra.config.problems import format_report
+from art_hydra.config.composition import announce_warnings, compose_and_check
+from art_hydra.config.hydra_compat import basic_sweeper
+from art_hydra.config.problems import Problem, errors, format_report, warnings_of
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class PreflightSweeperConf:
-    """Settings of ``hydra/sweeper=preflight`` (the default in art_hydra's conf)."""
-
-    # The sweeper class Hydra instantiates.
-    _target_: str = "hydra_plugins.art_hydra_preflight.preflight_sweeper.PreflightSweeper"
-    # Jobs handed to the launcher at once; null launches all valid points in one batch.
-    max_batch_size: int | None = None
-    # Sweep definitions kept in config, e.g. {trainer.learning_rate: "1e-5,1e-4"}.
-    params: dict[str, str] = field(default_factory=dict)
-    # Launch the valid points and name the skipped ones, instead of launching nothing.
-    skip_invalid: bool = False
 
 
 class SweepPreflightError(CompactHydraException):
     """Some sweep points cannot run; the message lists each with its problems."""
 
 
-class PreflightSweeper(BasicSweeper):
+def _fail(message: str) -> None:
+    """Report a user's mistake without a traceback or Hydra's HYDRA_FULL_ERROR hint."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise SweepPreflightError(message)
+    sys.stderr.write(message.rstrip() + "\n")
+    sys.exit(1)
+
+
+class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
     """A basic sweeper that checks every point before launching any."""
 
     def __init__(
@@ -65,38 +62,48 @@ class PreflightSweeper(BasicSweeper):
         overrides = parser.parse_overrides([*self._parse_config(), *arguments])
         return [list(p) for p in self.split_arguments(overrides, None)[0]]
 
-    def preflight(self, points: list[list[str]]) -> list[tuple[list[str], list[Any]]]:
-        """Compose and validate each point as the launcher will; (overrides, problems)."""
+    def preflight(self, points: list[list[str]]) -> list[list[Problem]]:
+        """Each point's problems, composed and checked as job number ``i`` will see it."""
+        from art_hydra.preflight import add_world_problems
+
         assert self.hydra_context is not None and self.config is not None
         loader = self.hydra_context.config_loader
-        return [
-            (point, compose_and_check(loader, None, point, master=self.config).problems)
-            for point in points
-        ]
+        found = []
+        for index, point in enumerate(points):
+            result = compose_and_check(loader, None, point, master=self.config, job_num=index)
+            add_world_problems(result)
+            found.append(result.problems)
+        return found
 
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None
         points = self.points(arguments)
         checked = self.preflight(points)
-        invalid = [(i, pt, probs) for i, (pt, probs) in enumerate(checked) if probs]
-        valid = [pt for pt, probs in checked if not probs]
+        invalid = [i for i, problems in enumerate(checked) if errors(problems)]
+        valid = [i for i in range(len(points)) if i not in invalid]
+        for i in valid:
+            if warnings_of(checked[i]):
+                log.warning("Point #%d: %s", i, " ".join(points[i]) or "(no overrides)")
+                announce_warnings(checked[i])
         dry_run = bool(self.config.get("dry_run", False))
         if invalid:
-            report = _sweep_report(invalid, len(points))
+            report = _sweep_report([(i, points[i], checked[i]) for i in invalid], len(points))
             if not self.skip_invalid:
-                raise SweepPreflightError(
+                _fail(
                     f"{report}\nNo job was launched. Fix the points above, or add "
                     "hydra.sweeper.skip_invalid=true to run the valid ones."
                 )
             if not valid:
-                raise SweepPreflightError(f"{report}\nNo point is valid; no job was launched.")
+                _fail(f"{report}\nNo point is valid; no job was launched.")
             verb = "would launch" if dry_run else "launching"
             log.warning(
                 f"{report}\nSkipping these {len(invalid)} point(s); {verb} the {len(valid)} "
-                "valid one(s) (job folders are numbered among the launched points)."
+                "valid one(s) under their own numbers."
             )
         if dry_run:
-            lines = "\n".join(f"  ok: {' '.join(pt) or '(no overrides)'}" for pt in valid)
+            lines = "\n".join(
+                f"  ok #{i}: {' '.join(points[i]) or '(no overrides)'}" for i in valid
+            )
             print(
                 f"dry run: pre-flight passed for {len(valid)} of {len(points)} sweep point(s); "
                 f"nothing was launched.\n{lines}"
@@ -104,24 +111,40 @@ class PreflightSweeper(BasicSweeper):
             return []
         if not valid:
             return []
-
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         returns = []
-        job_idx = 0
-        for batch in self.split_overrides_to_chunks(valid, self.max_batch_size):
-            results = self.launcher.launch(batch, initial_job_idx=job_idx)
+        for start, batch in self._batches(valid, points):
+            results = self.launcher.launch(batch, initial_job_idx=start)
             for r in results:
-                _ = r.return_value  # re-raises a failed job's exception, as Hydra's sweeper does
-            job_idx += len(batch)
+                try:
+                    _ = r.return_value  # re-raises a failed job's exception, as Hydra's does
+                except CompactHydraException as exc:
+                    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                        raise
+                    _fail(f"A job of the sweep stopped:\n{exc}")
             returns.append(results)
         return returns
 
+    def _batches(self, valid: list[int], points: list[list[str]]) -> list[tuple[int, list[Any]]]:
+        """Runs of consecutive point numbers, at most ``max_batch_size`` long: a launcher
+        numbers a batch's jobs from its first index, so each job keeps its point's number
+        (the one ``${hydra:job.num}`` was checked with)."""
+        size = self.max_batch_size or len(points)
+        batches: list[tuple[int, list[Any]]] = []
+        for i in valid:
+            last = batches[-1] if batches else None
+            if last is not None and last[0] + len(last[1]) == i and len(last[1]) < size:
+                last[1].append(points[i])
+            else:
+                batches.append((i, [points[i]]))
+        return batches
 
-def _sweep_report(invalid: list[tuple[int, list[str], list[Any]]], total: int) -> str:
+
+def _sweep_report(invalid: list[tuple[int, list[str], list[Problem]]], total: int) -> str:
     parts = [f"Pre-flight: {len(invalid)} of {total} sweep point(s) cannot run."]
     for index, point, problems in invalid:
         header = f"Point #{index}: {' '.join(point) or '(no overrides)'}"
-        parts.append(format_report(problems, header=header, footer=None))
+        parts.append(format_report(errors(problems), header=header, footer=None))
     return "\n".join(parts)

@@ -45,6 +45,7 @@ def test_preflight_rejects_and_launches_nothing(cli, tmp_path: Path) -> None:
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 def test_skip_invalid_runs_valid_points_and_names_skipped(cli, tmp_path: Path) -> None:
     proc = cli(
         "-m",
@@ -58,7 +59,7 @@ def test_skip_invalid_runs_valid_points_and_names_skipped(cli, tmp_path: Path) -
     assert "Point #2: trainer.gradient_accumulation_steps=2 algorithm=rl" in out
     assert "Skipping these 1 point(s); launching the 3 valid one(s)" in out
     jobs = _job_dirs(tmp_path)
-    assert len(jobs) == 3
+    assert sorted(j.name for j in jobs) == ["0", "1", "3"]  # each job keeps its point's number
     launched = sorted((j / ".hydra" / "overrides.yaml").read_text() for j in jobs)
     assert not any("gradient_accumulation_steps=2\n- algorithm=rl" in t for t in launched)
 
@@ -76,7 +77,7 @@ def test_type_error_in_one_sweep_value_is_found_before_launch(cli, tmp_path: Pat
     out = output_of(proc)
     assert proc.returncode == 1
     assert "Point #1: trainer.learning_rate=abc" in out
-    assert "could not be converted to Float" in out
+    assert "has the wrong type: expected float" in out
     assert not (tmp_path / "outputs").exists()
 
 
@@ -107,6 +108,7 @@ def test_sweeper_params_in_config_are_preflighted(cli, tmp_path: Path) -> None:
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["basic", "joblib"])
 def test_valid_sweep_runs_every_job(cli, tmp_path: Path, launcher: str) -> None:
     proc = cli("-m", f"hydra/launcher={launcher}", "algorithm=rl,sft", "seed=1,2", *ONE_STEP)
@@ -126,6 +128,7 @@ def test_joblib_preflight_rejects_before_workers_start(cli, tmp_path: Path) -> N
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 def test_each_job_revalidates_when_preflight_is_bypassed(cli, tmp_path: Path) -> None:
     # Hydra's own basic sweeper has no pre-flight (like Optuna, which makes points as it
     # goes): the job itself must refuse the config.
@@ -134,5 +137,5 @@ def test_each_job_revalidates_when_preflight_is_bypassed(cli, tmp_path: Path) ->
     assert proc.returncode == 1
     assert "Error executing job with overrides: ['trainer.gradient_accumulation_steps=2'," in out
     assert "RL cannot accumulate gradients" in out
-    assert "The job stopped before loading a model" in out
+    assert "The run stopped before loading a model" in out
     assert "Traceback" not in out

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from art_hydra import ConfigValidationError, RunConfig, compose, train
-from art_hydra.config.schema import AlgorithmName, FinetuneMethod, ModelSource, ProgressBar
+from art_hydra.config.schema import AlgorithmName, FinetuneMethod, ModelSource
 from art_hydra.metrics import read_metrics
 
 
@@ -27,7 +27,7 @@ def _hand_built() -> RunConfig:
     cfg.trainer.per_device_train_batch_size = 8
     cfg.checkpoint.every_steps = 0
     cfg.logging.tensorboard = cfg.logging.plot = False
-    cfg.logging.progress_bar = ProgressBar.off
+    cfg.logging.progress_bar = "off"
     return cfg
 
 
@@ -59,6 +59,24 @@ def test_train_reports_every_problem_of_a_plain_dict() -> None:
     } <= keys
 
 
+def test_train_reports_every_wrong_type_of_a_run_config() -> None:
+    """A dataclass built by hand gets the CLI's complete report, not OmegaConf's first error."""
+    cfg = _hand_built()
+    cfg.trainer.learning_rate = "fast"  # type: ignore[assignment]
+    cfg.rl.num_generations = "eight"  # type: ignore[assignment]
+    cfg.backend.device = "gpu"  # type: ignore[assignment]
+    cfg.trainer.gradient_accumulation_steps = 2
+    with pytest.raises(ConfigValidationError) as info:
+        train(cfg)
+    assert {p.key for p in info.value.problems} == {
+        "trainer.learning_rate",
+        "rl.num_generations",
+        "backend.device",
+        "trainer.gradient_accumulation_steps",
+    }
+
+
+@pytest.mark.slow
 def test_train_runs_valid_hand_built_configs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,7 +11,7 @@ import torch
 from conftest_model import QUICK
 from safetensors.torch import load_file
 
-from art_hydra import compose, train
+from art_hydra import ConfigValidationError, compose, train
 from art_hydra.checkpoint import Checkpointer
 from art_hydra.metrics import read_metrics
 
@@ -123,9 +123,11 @@ def test_interrupted_run_resumes_to_the_same_weights_and_metrics(
     assert state["step"] == 6
 
 
-def test_resume_without_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="holds no complete checkpoint"):
+def test_resume_without_checkpoint_is_refused_before_the_model_loads(tmp_path: Path) -> None:
+    with pytest.raises(ConfigValidationError, match="holds no complete checkpoint") as info:
         train(compose([*QUICK, "resume=true"]), run_dir=tmp_path)
+    assert [p.key for p in info.value.problems] == ["resume"]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_saved_model_trains_again_as_a_pretrained_model(tmp_path: Path) -> None:

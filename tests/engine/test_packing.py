@@ -8,7 +8,8 @@ import pytest
 import torch
 from conftest_model import tiny
 
-from art_hydra.packing import Sequence, pack
+from art_hydra.backends.layout import unpacked_layout
+from art_hydra.packing import PACKED, Layout, MaskForm, Sequence, pack
 from art_hydra.rl.sampling import SamplingSettings, token_logprobs
 from art_hydra.trainer import packed_logprobs
 
@@ -17,7 +18,7 @@ def test_layout_by_hand() -> None:
     a = Sequence(tokens=[1, 5, 6, 7], prompt_len=2, advantage=0.5, old_logprobs=[-0.1, -0.2])
     b = Sequence(tokens=[1, 8, 9], prompt_len=2, advantage=-1.0, old_logprobs=[-0.3])
     c = Sequence(tokens=[1, 4, 4, 4, 4], prompt_len=1, advantage=2.0, old_logprobs=[-1.0] * 4)
-    batch = pack([a, b, c], capacity=8, pad_id=0)
+    batch = pack([a, b, c], capacity=8, pad_id=0, layout=PACKED)
     # Width 8 would need 2 rows x 8 slots; width 7 fits c alone and a + b: 14 slots.
     assert batch.input_ids.tolist() == [[1, 4, 4, 4, 4, 0, 0], [1, 5, 6, 7, 1, 8, 9]]
     assert batch.position_ids.tolist() == [[0, 1, 2, 3, 4, 0, 0], [0, 1, 2, 3, 0, 1, 2]]
@@ -31,14 +32,39 @@ def test_layout_by_hand() -> None:
     mask = batch.attention_mask()[1, 0]
     assert mask[5, 4] and not mask[5, 3]  # b's tokens see b, never a
     assert not mask[2, 3]  # causal
+    # Eager attention adds its mask to the scores: 0 where allowed, the dtype's minimum
+    # elsewhere, in the model's dtype (booleans would add +1/+0 and mask nothing).
+    additive = pack([a, b, c], 8, 0, Layout(MaskForm.block_additive)).attention_mask(torch.bfloat16)
+    assert additive.dtype == torch.bfloat16
+    assert additive[1, 0, 5, 4] == 0 and additive[1, 0, 5, 3] == torch.finfo(torch.bfloat16).min
+    assert torch.equal(additive == 0, batch.attention_mask())
     with pytest.raises(ValueError, match="does not fit"):
-        pack([Sequence(tokens=[1] * 9, prompt_len=1)], capacity=8, pad_id=0)
+        pack([Sequence(tokens=[1] * 9, prompt_len=1)], capacity=8, pad_id=0, layout=PACKED)
+
+
+def test_one_sequence_per_row_is_right_padded_with_a_padding_mask() -> None:
+    a = Sequence(tokens=[1, 5, 6, 7], prompt_len=2)
+    b = Sequence(tokens=[1, 8], prompt_len=1)
+    batch = pack([a, b], capacity=8, pad_id=0, layout=Layout(MaskForm.padding))
+    assert batch.input_ids.tolist() == [[1, 5, 6, 7], [1, 8, 0, 0]]
+    assert batch.position_ids[0].tolist() == [0, 1, 2, 3]
+    assert batch.attention_mask().tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert batch.real_token_share == 6 / 8
 
 
 def test_packing_leaves_little_padding() -> None:
     rng = random.Random(0)
     seqs = [Sequence(tokens=[1] * rng.randint(8, 14), prompt_len=5) for _ in range(128)]
-    assert pack(seqs, capacity=64, pad_id=0).real_token_share >= 0.9
+    assert pack(seqs, capacity=64, pad_id=0, layout=PACKED).real_token_share >= 0.9
+
+
+def test_the_tiny_model_packs_and_a_mask_dropping_backend_does_not() -> None:
+    _, loaded, _ = tiny()
+    assert loaded.layout == Layout(MaskForm.block_bool, True, loaded.layout.reason)
+    # What the Unsloth backend asks for: its kernels drop the mask in training.
+    unsloth_like = unpacked_layout(loaded.model.config, "kernels drop the mask")
+    assert unsloth_like.mask == MaskForm.padding and not unsloth_like.packs
+    assert unsloth_like.left_padding  # sampling still left-pads a Llama
 
 
 def test_packed_logprobs_equal_unpacked() -> None:
@@ -51,7 +77,7 @@ def test_packed_logprobs_equal_unpacked() -> None:
         tokens = torch.randint(4, vocab, (n,), generator=gen).tolist()
         seqs.append(Sequence(tokens=[1, *tokens], prompt_len=3))
     settings = SamplingSettings(temperature=0.8, top_k=10)
-    batch = pack(seqs, capacity=24, pad_id=0)
+    batch = pack(seqs, capacity=24, pad_id=0, layout=loaded.layout)
     assert batch.input_ids.shape[0] < len(seqs)  # really packed several per row
     with torch.no_grad():
         packed, _ = packed_logprobs(model, batch, settings)

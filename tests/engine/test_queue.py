@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,7 +12,7 @@ import pytest
 from conftest_model import QUICK
 
 from art_hydra import compose
-from art_hydra.queue import StallError, StepChannel, TrainerError
+from art_hydra.queue import DeadlockError, StallError, StepChannel, TrainerError
 from art_hydra.run import run_validated
 
 
@@ -43,29 +44,120 @@ def test_trainer_exception_reaches_producer_within_a_second() -> None:
     channel.close()
 
 
-def test_stall_names_who_waits_for_what() -> None:
-    channel = StepChannel(_queue_cfg(0.3), lambda item: None)  # never emits a result
+def test_a_stuck_step_ends_in_a_stall_error_naming_both_sides() -> None:
+    release = threading.Event()
+
+    def stuck(item: int) -> int:  # a step that does not finish within the timeout
+        release.wait(10)
+        return item
+
+    channel = StepChannel(_queue_cfg(0.3), stuck)
     channel.put(1)
     started = time.monotonic()
     with pytest.raises(StallError) as info:
         channel.result(1)
     assert time.monotonic() - started < 2.0
+    assert not isinstance(info.value, DeadlockError)  # the trainer was busy, not waiting
     message = str(info.value)
     assert "waited 0.3s" in message and "result of step 1" in message
-    assert "the trainer is waiting for input #2" in message or "trainer waited" in message
-    channel.close()
+    assert "the trainer is training on input #1" in message
+    release.set()
+    assert channel.close()
+
+
+def test_a_producer_that_never_puts_ends_in_the_trainers_stall_error() -> None:
+    cfg = SimpleNamespace(result_timeout_s=5, input_timeout_s=0.2, maxsize=1)
+    channel = StepChannel(cfg, lambda item: item)
+    time.sleep(0.5)  # the producer is busy elsewhere for longer than input_timeout_s
+    with pytest.raises(StallError, match=r"the trainer waited 0.2s .* for input #1"):
+        channel.put(1)
+    assert channel.close()
+
+
+def _accumulating(every: int, delay_s: float = 0.0) -> Callable[[int], int | None]:
+    """A train function that returns a result after every ``every`` inputs."""
+    seen: list[int] = []
+
+    def train(item: int) -> int | None:
+        time.sleep(delay_s)
+        seen.append(item)
+        return len(seen) // every if len(seen) % every == 0 else None
+
+    return train
+
+
+def test_a_mutual_wait_is_a_deadlock_at_once_naming_both_waits() -> None:
+    """Accumulation 2 with one input per step, under the default 600 s timeouts."""
+    channel = StepChannel(_queue_cfg(600), _accumulating(2))
+    channel.put(1)
+    started = time.monotonic()
+    with pytest.raises(DeadlockError) as info:
+        channel.result(1)
+    assert time.monotonic() - started < 5.0  # not the 600 s timeout
+    message = str(info.value)
+    assert "the producer waits for the result of step 1" in message
+    assert "the trainer waits for input #2" in message and "no input is queued" in message
+    assert "trainer.gradient_accumulation_steps" in message
+    assert channel.close()
+
+
+def test_no_deadlock_when_the_producer_is_merely_slow() -> None:
+    """The trainer waits for input #2 while the producer is still making it."""
+    channel = StepChannel(_queue_cfg(600), _accumulating(2))
+    for step in (1, 2):
+        channel.put(2 * step - 1)
+        time.sleep(0.2)  # the trainer now waits for the next input; the producer works
+        channel.put(2 * step)
+        assert channel.result(step) == step
+    assert channel.close()
+
+
+def test_no_deadlock_when_the_trainer_is_merely_slow() -> None:
+    channel = StepChannel(_queue_cfg(600), _accumulating(1, delay_s=0.2))
+    for step in (1, 2):
+        channel.put(step)
+        assert channel.result(step) == step  # waits while the trainer is busy
+    assert channel.close()
+
+
+def test_sft_accumulation_of_four_through_a_queue_of_one() -> None:
+    """The producer puts four micro-batches (waiting for room) and only then waits."""
+    channel = StepChannel(_queue_cfg(600), _accumulating(4, delay_s=0.01))
+    for step in range(1, 6):
+        for micro in range(4):
+            channel.put(4 * (step - 1) + micro)
+        assert channel.result(step) == step
+    assert channel.close()
+
+
+def test_the_warmup_pass_then_steps() -> None:
+    """The warmup input returns its own result whatever the accumulation."""
+
+    def train(item: str) -> str | None:
+        return "warm" if item == "warmup" else train_steps(item)
+
+    train_steps = _accumulating(2)
+    channel = StepChannel(_queue_cfg(600), train)
+    channel.put("warmup")
+    assert channel.result(0) == "warm"
+    channel.put(1)
+    channel.put(2)
+    assert channel.result(1) == 1
+    assert channel.close()
 
 
 def test_the_deadlock_itself_ends_in_a_stall_error(tmp_path: Path) -> None:
-    """RL with accumulation 2, validation bypassed: the seed's hang, now bounded."""
-    cfg = compose([*QUICK, "queue.result_timeout_s=2", "queue.input_timeout_s=2"])
+    """RL with accumulation 2, validation bypassed: the seed's hang, under the default
+    600 s timeouts, ends as soon as both sides wait (model load included)."""
+    cfg = compose(QUICK)
+    assert cfg.queue.result_timeout_s == 600 and cfg.queue.input_timeout_s == 600
     cfg.trainer.gradient_accumulation_steps = 2  # after validation: the validators would refuse
     before = threading.active_count()
     started = time.monotonic()
-    with pytest.raises(StallError) as info:
+    with pytest.raises(DeadlockError) as info:
         run_validated(cfg, run_dir=tmp_path)
-    elapsed = time.monotonic() - started
-    assert elapsed < 30, elapsed  # ends instead of hanging (model load included)
+    assert time.monotonic() - started < 60  # far below the 600 s timeouts
     message = str(info.value)
-    assert "input #2" in message or "result of step 1" in message
+    assert "the producer waits for the result of step" in message
+    assert "the trainer waits for input #" in message
     assert threading.active_count() == before  # the trainer thread is gone

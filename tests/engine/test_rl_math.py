@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from conftest_model import tiny
 
 from art_hydra.config.schema import LossType
 from art_hydra.rl.advantages import group_advantages
@@ -16,7 +17,14 @@ from art_hydra.rl.losses import (
     policy_loss,
     sft_loss,
 )
-from art_hydra.rl.sampling import SamplingSettings, process_logits, token_logprobs
+from art_hydra.rl.sampling import (
+    SamplingSettings,
+    logprob_logits,
+    process_logits,
+    sample,
+    suppressed_ids,
+    token_logprobs,
+)
 
 
 def test_group_advantages_by_hand() -> None:
@@ -100,15 +108,50 @@ def test_process_logits_top_k_top_p_and_suppression() -> None:
     assert hot[0, 1].item() == pytest.approx(logits[0, 1].item() / 2)
 
 
-def test_training_logprobs_use_the_same_processing_as_sampling() -> None:
-    logits = torch.randn(3, 5, 11)
-    targets = torch.randint(0, 11, (3, 5))
-    settings = SamplingSettings(temperature=0.7, top_k=6)
+def test_logprobs_ignore_top_k_and_top_p_but_keep_temperature_and_suppression() -> None:
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 11, generator=gen)
+    targets = torch.randint(0, 11, (3, 5), generator=gen)
+    lowest = logits[0, 0].clone()
+    lowest[3] = float("inf")  # id 3 is suppressed below: never a sampled token
+    targets[0, 0] = int(lowest.argmin())  # far outside the top-k
+    settings = SamplingSettings(temperature=0.7, top_k=2, top_p=0.5, suppress_ids=(3,))
     logp, entropy = token_logprobs(logits, targets, settings)
-    expected = (
-        torch.log_softmax(process_logits(logits, settings), -1)
-        .gather(-1, targets.unsqueeze(-1))
-        .squeeze(-1)
-    )
+    scaled = logits / 0.7
+    scaled[..., 3] = float("-inf")
+    expected = torch.log_softmax(scaled, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     assert torch.equal(logp, expected)
-    assert (entropy >= 0).all() and (entropy <= math.log(6) + 1e-5).all()
+    assert torch.isfinite(logp[0, 0]) and logp[0, 0] == expected[0, 0]
+    assert torch.isinf(process_logits(logits, settings)[0, 0, targets[0, 0]])  # never drawn
+    assert torch.equal(logprob_logits(logits, settings), scaled)
+    assert (entropy >= 0).all() and (entropy <= math.log(10) + 1e-5).all()
+
+
+def test_sampler_draws_from_top_k_and_records_untruncated_logprobs() -> None:
+    _, loaded, _ = tiny()
+    model, tok = loaded.model.eval(), loaded.tokenizer
+    settings = SamplingSettings(temperature=1.3, top_k=2, suppress_ids=suppressed_ids(tok))
+    prompts = [list(tok(text)["input_ids"]) for text in ("abc=", "ab=", "cab=", "b=")]
+    completions, recorded = sample(
+        model,
+        prompts,
+        6,
+        settings,
+        (tok.eos_token_id,),
+        tok.pad_token_id,
+        torch.Generator().manual_seed(0),
+    )
+    with torch.no_grad():
+        for prompt, completion, values in zip(prompts, completions, recorded, strict=True):
+            ids = torch.tensor([prompt + completion])
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
+            drawn = torch.tensor(completion)
+            # Every token came from the top 2 ...
+            top2 = process_logits(logits, settings).isfinite()
+            assert top2.gather(-1, drawn.unsqueeze(-1)).all()
+            # ... and its logprob is the untruncated one that training computes.
+            trained, _ = token_logprobs(logits, drawn, settings)
+            assert torch.allclose(torch.tensor(values), trained, atol=1e-5)
+            # Not the truncated one, which renormalises over two tokens and is larger.
+            narrow = torch.log_softmax(process_logits(logits, settings), -1)
+            assert (trained < narrow.gather(-1, drawn.unsqueeze(-1)).squeeze(-1)).all()

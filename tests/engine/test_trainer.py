@@ -1,10 +1,14 @@
-"""The trainer on the real tiny model: SFT accumulation is exact; warmup changes nothing."""
+"""The trainer on real tiny models: SFT accumulation is exact; warmup changes nothing;
+weight decay spares biases, norms and embeddings."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
 from conftest_model import tiny
+from family_models import load_family, save_family
 
 from art_hydra.producer import SFTProducer
 from art_hydra.trainer import Objective, Trainer
@@ -76,3 +80,46 @@ def test_warmup_pass_changes_no_weight_and_no_optimizer_moment() -> None:
     }
     assert all(torch.equal(after[k], moments[k]) for k in moments)
     assert all(p.grad is None for p in trainer.model.parameters())
+
+
+def test_no_weight_decay_on_biases_norms_and_tied_embeddings(tmp_path: Path) -> None:
+    """Qwen2 has q/k/v biases, RMSNorm weights and (here) a head tied to the embeddings."""
+    folder = save_family(tmp_path, "qwen2", {"tie_word_embeddings": True})
+    cfg, loaded = load_family(folder, overrides=["trainer.weight_decay=0.1"])
+    model = loaded.model
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    trainer = Trainer(loaded, cfg.trainer, Objective.for_sft())
+    decayed, kept = trainer.optimizer.param_groups
+    assert decayed["weight_decay"] == 0.1 and kept["weight_decay"] == 0.0
+    names = {id(p): n for n, p in model.named_parameters()}
+    kept_names = {names[id(p)] for p in kept["params"]}
+    decayed_names = {names[id(p)] for p in decayed["params"]}
+    assert kept_names == {
+        n
+        for n in names.values()
+        if n.endswith(".bias") or "norm" in n or n == "model.embed_tokens.weight"
+    }
+    assert any(".q_proj.bias" in n for n in kept_names)
+    assert any("input_layernorm" in n for n in kept_names) and "model.norm.weight" in kept_names
+    assert decayed_names == set(names.values()) - kept_names
+    assert all(n.endswith("_proj.weight") for n in decayed_names)
+
+    # A step on zero gradients: AdamW's update is 0, so only decay moves a weight, and
+    # exactly by the factor 1 - lr * weight_decay.
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    lr = trainer.scheduler.get_last_lr()[0]
+    trainer.optimizer.step()
+    for name, param in model.named_parameters():
+        if name in kept_names:
+            assert torch.equal(param, before[name]), name
+        else:
+            assert torch.allclose(param, before[name] * (1 - lr * 0.1), rtol=0, atol=1e-7), name
+
+
+def test_without_weight_decay_one_group_in_parameter_order() -> None:
+    cfg, loaded, _ = tiny(["algorithm=sft"])
+    trainer = Trainer(loaded, cfg.trainer, Objective.for_sft())
+    (group,) = trainer.optimizer.param_groups
+    assert [id(p) for p in group["params"]] == [id(p) for p in loaded.model.parameters()]

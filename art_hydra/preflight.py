@@ -1,0 +1,526 @@
+"""The world pre-flight: what only files and the environment can decide, before any model.
+
+It runs after composition (in the CLI before Hydra creates the run folder, in each sweep
+point's pre-flight, in every job and in ``train(cfg)``), imports no torch, and reports
+in the same format as composition: the reward and generator resolve through the
+allowlist, are functions and accept their arguments; the data streams cleanly, every
+line with what the algorithm and reward need; the tiny model's character tokenizer
+says whether prompts and answers fit their budgets; a local model folder holds a model
+with safetensors weights; Unsloth is installed when chosen; a GPU asked for is there;
+and the run folder is in the state the run expects (fresh, or resumable with the same
+config).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from art_hydra import run_folder
+from art_hydra.config.composition import Composition
+from art_hydra.config.problems import Kind, Problem, Severity, fix
+from art_hydra.config.schema import (
+    AlgorithmName,
+    BackendName,
+    Device,
+    ModelSource,
+    TaskSource,
+)
+from art_hydra.config.targets import TargetError
+from art_hydra.tasks.base import data_rules, generate_examples, resolve_task_code
+from art_hydra.tasks.examples import Example, TaskDataError
+from art_hydra.tasks.jsonl import scan_jsonl
+from art_hydra.tasks.rewards import needs_answer
+
+#: Special tokens of the tiny model's tokenizer (pad, bos, eos, unk).
+_TINY_SPECIALS = 4
+#: Weight files that unpickle arbitrary objects when loaded: never loaded.
+PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+
+
+def _world(key: str, value: Any, reason: str, remedy: Any, warning: bool = False) -> Problem:
+    return Problem(
+        key, value, reason, remedy, Kind.world, Severity.warning if warning else Severity.error
+    )
+
+
+#: Configs whose task, model and backend passed in this process (the CLI checks before
+#: Hydra starts the job, which would otherwise stream the same data file again).
+_passed: set[str] = set()
+
+
+def world_problems(
+    cfg: DictConfig,
+    run_dir: str | Path | None,
+    *,
+    trust_earlier_pass: bool = False,
+    remember_pass: bool = False,
+) -> list[Problem]:
+    """Everything the files and the environment say about ``cfg`` (a resolved config).
+
+    With ``trust_earlier_pass`` the task, model and backend checks are skipped for a
+    config that passed them earlier in this process with ``remember_pass`` (the CLI's
+    check, just before Hydra starts the job); the run folder is checked every time.
+    """
+    key = OmegaConf.to_yaml(cfg) if trust_earlier_pass or remember_pass else ""
+    found: list[Problem] = []
+    if not (trust_earlier_pass and key in _passed):
+        found = [*task_problems(cfg), *model_problems(cfg), *backend_problems(cfg)]
+        if remember_pass and not any(p.is_error for p in found):
+            _passed.add(key)
+    if run_dir is not None:
+        found += run_folder_problems(cfg, Path(run_dir))
+    if cfg.strict:
+        found = [Problem(p.key, p.value, p.reason, p.fix, p.kind) for p in found]
+    return found
+
+
+def add_world_problems(result: Composition, *, remember_pass: bool = False) -> None:
+    """Append the world's findings on a composed config to its report (a key whose value
+    already has an error is not checked again)."""
+    if result.resolved is None:
+        return
+    failed = {p.key for p in result.problems if p.is_error}
+    world = world_problems(result.resolved, result.run_dir, remember_pass=remember_pass)
+    result.problems += [p for p in world if p.key not in failed]
+
+
+# ---- task code and data ------------------------------------------------------------
+
+
+def _code(cfg: DictConfig, key: str) -> tuple[Any, list[Problem]]:
+    path = cfg.task.reward._target_ if key == "task.reward._target_" else cfg.task.generator
+    try:
+        return resolve_task_code(cfg.task, key), []
+    except TaskDataError as exc:
+        cause = exc.__cause__
+        reason = str(cause) if isinstance(cause, TargetError) else str(exc)
+        return None, [_world(key, path, reason, fix(note=f"{key}=<module.function>"))]
+
+
+def _signature_problems(fn: Any, key: str, args: tuple, kwargs: dict, what: str) -> list[Problem]:
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as exc:
+        return [
+            _world(
+                key,
+                f"{fn.__module__}.{fn.__qualname__}",
+                f"does not accept {what}: {exc}.",
+                fix(note=f"give it the parameters {what}"),
+            )
+        ]
+    except ValueError:
+        pass  # no signature to inspect: the call itself will tell
+    return []
+
+
+@dataclass
+class DataStats:
+    """What the length and vocabulary checks need from a task's examples, gathered in one
+    pass (a streamed file is never held whole)."""
+
+    count: int = 0
+    #: (size in characters, where) of the longest prompt, answer and prompt + answer.
+    prompt: tuple[int, str] = (0, "")
+    answer: tuple[int, str] = (0, "")
+    example: tuple[int, str] = (0, "")
+    chars: set[str] = field(default_factory=set)
+    #: Where the first example without an answer is (None: every one has one).
+    no_answer: str | None = None
+
+    def add(self, where: str | int, example: Example) -> None:
+        """Count ``example``; ``where`` is its ``file:line`` or its index."""
+        self.count += 1
+        answer = example.answer or ""
+        prompt = len(example.prompt)
+        if prompt > self.prompt[0]:
+            self.prompt = (prompt, _where(where, example))
+        if len(answer) > self.answer[0]:
+            self.answer = (len(answer), _where(where, example))
+        if prompt + len(answer) > self.example[0]:
+            self.example = (prompt + len(answer), _where(where, example))
+        self.chars.update(example.prompt, answer)
+        if not answer and self.no_answer is None:
+            self.no_answer = _where(where, example)
+
+
+def _where(where: str | int, example: Example) -> str:
+    return where if isinstance(where, str) else f"example #{where} ({example.prompt[:40]!r})"
+
+
+#: Generated tasks and data files already gathered in this process (a sweep's points
+#: mostly share them).
+_stats_cache: dict[tuple, DataStats | str] = {}
+
+
+def task_problems(cfg: DictConfig) -> list[Problem]:
+    task = cfg.task
+    reward, problems = _code(cfg, "task.reward._target_")
+    if reward is not None:
+        problems += _signature_problems(
+            reward, "task.reward._target_", ("p", "c", "a"), {}, "(prompt, completion, answer)"
+        )
+    if task.source == TaskSource.jsonl:
+        stats = _jsonl_stats(cfg, reward)
+        key = "task.path"
+    else:
+        generator, found = _code(cfg, "task.generator")
+        problems += found
+        if generator is None:
+            return problems
+        params = dict(task.params)
+        names = "".join(f", {k}=..." for k in params)
+        found = _signature_problems(
+            generator,
+            "task.generator",
+            (random.Random(0), 1),
+            params,
+            f"(rng, num_examples{names}) (task.params)",
+        )
+        if found:
+            return problems + found
+        stats = _generated_stats(cfg, generator)
+        key = "task.generator"
+    if isinstance(stats, str):
+        value = task.path if key == "task.path" else task.generator
+        return [*problems, _world(key, value, stats, fix(note="repair the data or the generator"))]
+    needed = _answer_needed_by(cfg, reward)
+    if needed and stats.no_answer is not None:
+        problems.append(
+            _world(
+                key,
+                task.generator,
+                f"{stats.no_answer} has no answer, which {needed} needs.",
+                fix(note="give every example an answer"),
+            )
+        )
+    return problems + _length_problems(cfg, stats)
+
+
+def _generated_stats(cfg: DictConfig, generator: Any) -> DataStats | str:
+    task = cfg.task
+    params = OmegaConf.to_container(task.params)
+    key = (task.generator, repr(params), task.num_examples, cfg.seed)
+    if key not in _stats_cache:
+        try:
+            examples = generate_examples(task, generator, cfg.seed)
+        except Exception as exc:
+            _stats_cache[key] = f"raised {type(exc).__name__}: {exc}"
+            return _stats_cache[key]
+        stats = DataStats()
+        for i, example in enumerate(examples):
+            if not isinstance(example, Example):
+                stats_or_error: DataStats | str = (
+                    f"produced a {type(example).__name__} as example #{i}; it must yield "
+                    "art_hydra.tasks.Example objects."
+                )
+                break
+            stats.add(i, example)
+        else:
+            stats_or_error = stats if stats.count else "produced no examples."
+        _stats_cache[key] = stats_or_error
+    return _stats_cache[key]
+
+
+def _answer_needed_by(cfg: DictConfig, reward: Any) -> str | None:
+    if cfg.algorithm.name == AlgorithmName.sft:
+        return "SFT"
+    if reward is not None and needs_answer(reward):
+        return f"the reward {cfg.task.reward._target_}"
+    return None
+
+
+def _jsonl_stats(cfg: DictConfig, reward: Any) -> DataStats | str:
+    path = os.path.expanduser(str(cfg.task.path))
+    rules = data_rules(cfg, reward)
+    try:
+        info = os.stat(path)
+        key: tuple = (path, info.st_size, info.st_mtime_ns, rules)
+    except OSError:
+        key = (path, None, None, rules)
+    if key not in _stats_cache:
+        stats = DataStats()
+        scan = scan_jsonl(
+            path,
+            max_line_bytes=rules.max_line_bytes,
+            limit_reason=rules.limit_reason,
+            answer_needed_by=rules.answer_needed_by,
+            visit=lambda number, example: stats.add(f"{path}:{number}", example),
+        )
+        n = scan.error_count
+        _stats_cache[key] = (
+            f"{n} line{'s' if n != 1 else ''} cannot be used:\n{scan.summary()}" if n else stats
+        )
+    return _stats_cache[key]
+
+
+def _length_problems(cfg: DictConfig, stats: DataStats) -> list[Problem]:
+    """Prompts and answers against their budgets, where the tokenizer is known without a
+    model: the tiny model's character tokenizer (BOS + one token per character)."""
+    if cfg.model.source != ModelSource.tiny:
+        return []
+    if cfg.algorithm.name == AlgorithmName.rl:
+        checks = [
+            ("rl.max_prompt_length", stats.prompt[0] + 1, stats.prompt[1], "prompt (BOS included)"),
+            ("rl.max_completion_length", stats.answer[0], stats.answer[1], "answer"),
+        ]
+    else:
+        size, where = stats.example
+        checks = [("sft.max_length", size + 2, where, "example (BOS + prompt + answer + EOS)")]
+    problems = []
+    for key, size, where, what in checks:
+        budget = OmegaConf.select(cfg, key)
+        if size > budget:
+            consequence = (
+                "the model could never produce the whole answer, so the reward caps below its best."
+                if key == "rl.max_completion_length"
+                else "it cannot be trained on without cutting it."
+            )
+            problems.append(
+                _world(
+                    key,
+                    budget,
+                    f"the longest {what} ({where}) takes {size} tokens of the tiny model's "
+                    f"character tokenizer, more than {key}={budget}: {consequence}",
+                    fix({key: size}),
+                )
+            )
+    if cfg.algorithm.name == AlgorithmName.rl:
+        problems += _top_p_problems(cfg, _TINY_SPECIALS + len(stats.chars))
+    return problems
+
+
+def _top_p_problems(cfg: DictConfig, vocab: int) -> list[Problem]:
+    """The most likely of ``vocab`` tokens has at least 1/vocab of the mass, so top-p at or
+    below that keeps one token: greedy decoding, every group without spread."""
+    if cfg.rl.top_p > 1 / vocab:
+        return []
+    return [
+        Problem(
+            "rl.top_p",
+            cfg.rl.top_p,
+            f"keeps only the most likely token over a vocabulary of {vocab} (which always has at "
+            f"least 1/{vocab} of the mass): greedy decoding, so every group has zero reward "
+            "spread and nothing is learned.",
+            fix({"rl.top_p": 1.0}),
+            Kind.world,
+        )
+    ]
+
+
+# ---- the model -------------------------------------------------------------------
+
+
+def _looks_local(name: str) -> bool:
+    return name.startswith(("/", "./", "../", "~")) or os.path.exists(os.path.expanduser(name))
+
+
+def _hub_cache() -> Path:
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache", "huggingface"
+    )
+    return Path(home) / "hub"
+
+
+def _offline() -> bool:
+    return any(
+        os.environ.get(v, "").lower() in ("1", "true", "yes")
+        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
+
+
+def model_problems(cfg: DictConfig) -> list[Problem]:
+    model = cfg.model
+    if model.source != ModelSource.pretrained:
+        return []
+    name = str(model.name)
+    if not _looks_local(name):
+        cached = _hub_cache() / f"models--{name.replace('/', '--')}" / "snapshots"
+        if _offline() and not any(cached.glob("*/config.json")):
+            return [
+                _world(
+                    "model.name",
+                    name,
+                    f"is not in the Hugging Face cache ({cached.parent}) and HF_HUB_OFFLINE is "
+                    "set, so it cannot be downloaded.",
+                    fix(
+                        note="download it once online, or model.name=/path/to/a/local/model/folder"
+                    ),
+                )
+            ]
+        return []
+    folder = Path(os.path.expanduser(name))
+    if not folder.is_dir():
+        return [
+            _world(
+                "model.name",
+                name,
+                "looks like a local path, but no such folder exists"
+                + ("" if folder.is_absolute() else f" (relative to {os.getcwd()})")
+                + ".",
+                fix(note="model.name=/absolute/path/to/model/folder"),
+            )
+        ]
+    if not (folder / "config.json").is_file():
+        return [
+            _world(
+                "model.name",
+                name,
+                "is a folder without config.json, so it holds no Hugging Face model.",
+                fix(note="point model.name at the folder save_pretrained wrote"),
+            )
+        ]
+    safe = list(folder.glob("*.safetensors"))
+    pickled = [p.name for pattern in PICKLE_WEIGHTS for p in folder.glob(pattern)]
+    if not safe and pickled:
+        return [
+            _world(
+                "model.name",
+                name,
+                f"holds only pickled weights ({', '.join(sorted(pickled))}); loading a pickle can "
+                "run arbitrary code, so art_hydra loads weights only from safetensors.",
+                fix(
+                    note="convert once, where you trust the file: AutoModelForCausalLM."
+                    "from_pretrained(folder).save_pretrained(folder, safe_serialization=True)"
+                ),
+            )
+        ]
+    if not safe:
+        return [
+            _world(
+                "model.name",
+                name,
+                "holds no weights (*.safetensors).",
+                fix(note="point model.name at the folder save_pretrained wrote"),
+            )
+        ]
+    problems: list[Problem] = []
+    if cfg.algorithm.name == AlgorithmName.rl:
+        vocab = _local_vocab(folder)
+        if vocab:
+            problems += _top_p_problems(cfg, vocab)
+    return problems
+
+
+def _local_vocab(folder: Path) -> int | None:
+    import json
+
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    vocab = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
+    return vocab if isinstance(vocab, int) and vocab > 0 else None
+
+
+# ---- the backend and devices ------------------------------------------------------
+
+
+def cuda_present() -> bool:
+    """Whether torch would see a CUDA GPU, decided without importing torch: a CUDA build
+    of torch, visible devices, and an NVIDIA driver with a device node."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return False
+    version = Path(spec.origin).with_name("version.py")
+    try:
+        match = re.search(r"^cuda\b[^=]*=\s*(\S+)", version.read_text(), re.MULTILINE)
+    except OSError:
+        return False
+    if match is None or match.group(1) == "None":
+        return False
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def backend_problems(cfg: DictConfig) -> list[Problem]:
+    backend = cfg.backend
+    problems: list[Problem] = []
+    if backend.name == BackendName.unsloth and importlib.util.find_spec("unsloth") is None:
+        problems.append(
+            _world(
+                "backend",
+                "unsloth",
+                "Unsloth is not installed in this environment.",
+                fix({"backend": "torch"}, alt=fix(note='pip install "art-hydra[unsloth]"')),
+            )
+        )
+    if backend.device == Device.cuda and not cuda_present():
+        problems.append(
+            _world(
+                "backend.device",
+                "cuda",
+                "no CUDA GPU is visible here (no CUDA build of torch, no NVIDIA device, or "
+                "CUDA_VISIBLE_DEVICES hides them).",
+                fix({"backend.device": "auto"}, "the GPU when there is one, else the CPU"),
+            )
+        )
+    return problems
+
+
+# ---- the run folder ----------------------------------------------------------------
+
+
+def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
+    holds = run_folder.holds_run(run_dir, cfg.checkpoint.dir)
+    if not cfg.resume:
+        if holds:
+            return [
+                _world(
+                    "resume",
+                    False,
+                    f"the run folder {run_dir} already holds a run; training again there would "
+                    "mix two runs in one record and overwrite its checkpoints.",
+                    fix(
+                        {"resume": True},
+                        "continue that run",
+                        alt=fix(note="hydra.run.dir=<a new folder> to start a fresh run"),
+                    ),
+                )
+            ]
+        return []
+    if not run_dir.is_dir():
+        return [
+            _world(
+                "resume",
+                True,
+                f"there is no run folder {run_dir} to resume.",
+                fix(note="hydra.run.dir=<the folder of the run to resume>"),
+            )
+        ]
+    if not run_folder.checkpoint_folders(run_dir / cfg.checkpoint.dir):
+        return [
+            _world(
+                "resume",
+                True,
+                f"{run_dir / cfg.checkpoint.dir} holds no complete checkpoint to resume from.",
+                fix({"resume": False}, "and hydra.run.dir=<a new folder> to start over"),
+            )
+        ]
+    saved = run_folder.saved_config(run_dir)
+    if saved is None:
+        return []
+    return [
+        _world(
+            key,
+            new,
+            f"differs from the run's saved config ({run_folder.RUN_CONFIG}: {old!r}); a resume "
+            "continues the same run, and the checkpoint was written under the saved value. Only "
+            f"{', '.join(run_folder.MAY_CHANGE_ON_RESUME)} may change.",
+            fix({key: old}) if old is not None else fix(note=f"remove {key}"),
+        )
+        for key, old, new in run_folder.differences(saved, cfg)
+        if not run_folder.may_change(key)
+    ]

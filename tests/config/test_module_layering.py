@@ -1,0 +1,72 @@
+"""The package's import graph: no cycles, and the config layer never imports the Hydra
+plugin, the engine or anything heavy at module level."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> project modules it imports, at module level or inside functions."""
+    files = [*ROOT.glob("art_hydra/**/*.py"), *ROOT.glob("hydra_plugins/**/*.py")]
+    modules = {_module_name(p): p for p in files}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                # `from pkg import sub` depends on the submodule; `from mod import x` on mod.
+                targets = [
+                    f"{node.module}.{a.name}"
+                    if f"{node.module}.{a.name}" in modules
+                    else node.module
+                    for a in node.names
+                ]
+            deps |= {t for t in targets if t in modules and t != name}
+        graph[name] = deps
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    found, state, stack = [], dict.fromkeys(graph, 0), []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for dep in graph[node]:
+            if state[dep] == 1:
+                found.append([*stack[stack.index(dep) :], dep])
+            elif state[dep] == 0:
+                visit(dep)
+        stack.pop()
+        state[node] = 2
+
+    for node in graph:
+        if state[node] == 0:
+            visit(node)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_the_config_layer_imports_neither_the_plugin_nor_the_engine() -> None:
+    graph = _graph()
+    for module, deps in graph.items():
+        if module.startswith("art_hydra.config"):
+            bad = {d for d in deps if not d.startswith("art_hydra.config")}
+            assert not bad, f"{module} imports {bad}"

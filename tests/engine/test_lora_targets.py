@@ -1,0 +1,47 @@
+"""LoRA targets are matched against the loaded model's own module names (the run
+moment): a name that matches nothing is one clean report, never peft's traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest_model import QUICK
+
+from art_hydra import ConfigValidationError, Kind, compose, train
+
+pytestmark = pytest.mark.slow
+
+
+def test_unknown_target_and_saved_modules_are_named_with_the_models_own(tmp_path: Path) -> None:
+    cfg = compose(
+        [
+            *QUICK,
+            "model.finetune=lora",
+            "model.lora.target_modules=[q_proj,qkv]",
+            "model.lora.modules_to_save=[head]",
+        ]
+    )
+    with pytest.raises(ConfigValidationError) as info:
+        train(cfg, run_dir=tmp_path / "run")
+    problems = {p.key: p for p in info.value.problems}
+    assert set(problems) == {"model.lora.target_modules", "model.lora.modules_to_save"}
+    target = problems["model.lora.target_modules"]
+    assert target.kind == Kind.run
+    assert "qkv matches no module of LlamaForCausalLM" in target.reason
+    assert "q_proj" in target.reason and "lm_head" in target.reason  # the real names
+    assert target.fix.overrides() == ["model.lora.target_modules=[q_proj]"]
+    assert "Traceback" not in str(info.value)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_lora_trains_only_adapters_and_the_saved_modules(tmp_path: Path) -> None:
+    from art_hydra.backends import load_model
+    from art_hydra.tasks import build_task
+
+    cfg = compose([*QUICK, "model.finetune=lora", "model.lora.target_modules=[q_proj,v_proj]"])
+    loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=build_task(cfg).charset())
+    trained = [n for n, p in loaded.model.named_parameters() if p.requires_grad]
+    assert trained and all(("lora_" in n) or ("modules_to_save" in n) for n in trained)
+    assert any("lm_head.modules_to_save" in n for n in trained)
+    assert not any("k_proj.lora" in n for n in trained)

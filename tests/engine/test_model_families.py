@@ -1,0 +1,190 @@
+"""Every model family trains and samples the same logprobs as running each sequence alone.
+
+Tiny random-weight models of real families are saved to folders and loaded the way a
+user's model is (``model.source=pretrained``). For each, the layout the backend picks
+must make three numbers agree: the training forward over several sequences of
+different lengths (packed where the layout packs), each sequence run alone without
+padding, and the logprob the sampler records for each token it draws (prompts of
+different lengths, so left padding or grouping by length is exercised).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from family_models import CAPACITY, load_family, save_family
+
+from art_hydra.backends.layout import PROVEN_FAMILIES, row_layout
+from art_hydra.backends.tiny import SPECIALS
+from art_hydra.backends.torch_backend import LoadedModel
+from art_hydra.packing import Layout, MaskForm, Sequence, pack
+from art_hydra.rl.sampling import SamplingSettings, sample, suppressed_ids, token_logprobs
+from art_hydra.trainer import packed_logprobs
+
+ATOL = 1e-4
+
+PACKED, ADDITIVE, PADDED = MaskForm.block_bool, MaskForm.block_additive, MaskForm.padding
+MIXED = ["sliding_attention", "full_attention"]
+MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+GPT_OSS = {"num_local_experts": 4, "num_experts_per_tok": 2}
+
+#: id -> (model_type, extra config, the mask form its layout must use, left-pads prompts)
+FAMILIES: dict[str, tuple[str, dict[str, Any], MaskForm, bool]] = {
+    "llama": ("llama", {}, PACKED, True),
+    # transformers keeps no choice of attention in config.json (Gemma-2 defaults to eager):
+    # this one is switched after loading, as model.set_attn_implementation does for a user.
+    "llama-eager": ("llama", {}, ADDITIVE, True),
+    "qwen2": ("qwen2", {}, PACKED, True),
+    "qwen3": ("qwen3", {}, PACKED, True),
+    "phi3": ("phi3", {}, PACKED, True),
+    "gemma2-eager": ("gemma2", {"attn_implementation": "eager"}, ADDITIVE, True),
+    "mistral-window4": ("mistral", {"sliding_window": 4}, PADDED, True),
+    "mistral-window64": ("mistral", {"sliding_window": CAPACITY}, PACKED, True),
+    "gemma3_text-window4": (
+        "gemma3_text",
+        {"sliding_window": 4, "layer_types": MIXED},
+        PADDED,
+        True,
+    ),
+    "gemma3_text-window64": (
+        "gemma3_text",
+        {"sliding_window": CAPACITY, "layer_types": MIXED},
+        PACKED,
+        True,
+    ),
+    "gemma": ("gemma", {}, PACKED, True),
+    "granite": ("granite", {}, PACKED, True),
+    "olmo2": ("olmo2", {}, PACKED, True),
+    "smollm3": ("smollm3", {}, PACKED, True),
+    "mixtral": ("mixtral", {"num_local_experts": 4, "num_experts_per_tok": 2}, PACKED, True),
+    "qwen2_moe": ("qwen2_moe", {**MOE, "shared_expert_intermediate_size": 32}, PACKED, True),
+    "qwen3_moe": ("qwen3_moe", MOE, PACKED, True),
+    # gpt-oss defaults to eager attention (it adds attention sinks) and alternates
+    # sliding (128) and full layers.
+    "gpt_oss-eager": ("gpt_oss", GPT_OSS, ADDITIVE, True),
+    "gpt_oss-eager-window4": ("gpt_oss", {**GPT_OSS, "sliding_window": 4}, PADDED, True),
+    # Its convolution has biases: left padding would leak into the conv state (measured:
+    # 7e-2 off), so its prompts are batched by length.
+    "lfm2-conv": (
+        "lfm2",
+        {"layer_types": ["conv", "full_attention"], "conv_bias": True},
+        PADDED,
+        False,
+    ),
+}
+
+
+def _random_sequences(loaded: LoadedModel, lengths: list[int], seed: int) -> list[Sequence]:
+    gen = torch.Generator().manual_seed(seed)
+    tok = loaded.tokenizer
+    out = []
+    for n in lengths:
+        body = torch.randint(len(SPECIALS), len(tok), (n - 1,), generator=gen).tolist()
+        out.append(Sequence(tokens=[tok.bos_token_id, *body], prompt_len=1, train_prompt=True))
+    return out
+
+
+def _alone(model: Any, tokens: list[int], settings: SamplingSettings) -> torch.Tensor:
+    """Logprob of each next token with the sequence run by itself: no padding, no mask."""
+    ids = torch.tensor([tokens])
+    logits = model(input_ids=ids).logits
+    return token_logprobs(logits[:, :-1], ids[:, 1:], settings)[0][0]
+
+
+Family = tuple[str, LoadedModel, MaskForm, bool]
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Family:
+    model_type, extra, form, left_pads = FAMILIES[request.param]
+    folder = save_family(tmp_path_factory.mktemp(request.param), model_type, extra)
+    attn = "eager" if request.param == "llama-eager" else None
+    _, loaded = load_family(folder, attn)
+    loaded.model.eval()
+    return request.param, loaded, form, left_pads
+
+
+def test_the_layout_follows_the_family(family: Family) -> None:
+    name, loaded, form, left_pads = family
+    layout: Layout = loaded.layout
+    assert layout.mask == form, (name, layout.reason)
+    assert layout.left_padding == left_pads, (name, layout.reason)
+    assert layout == row_layout(loaded.model.config, CAPACITY)
+    # A representative RL batch (32 sequences of 8-14 tokens): packing pays where it runs.
+    lengths = [8 + (i * 5) % 7 for i in range(32)]
+    share = pack(_random_sequences(loaded, lengths, 1), CAPACITY, 0, layout).real_token_share
+    assert share >= (0.95 if layout.packs else 0.75), share
+
+
+def test_packed_unpacked_and_sampled_logprobs_agree(family: Family) -> None:
+    name, loaded, _, _ = family
+    model, tok = loaded.model, loaded.tokenizer
+    settings = SamplingSettings(temperature=1.0, suppress_ids=suppressed_ids(tok))
+    with torch.no_grad():
+        seqs = _random_sequences(loaded, [5, 9, 13, 7, 11, 6], seed=0)
+        batch = pack(seqs, CAPACITY, tok.pad_token_id, loaded.layout)
+        if loaded.layout.packs:
+            assert batch.input_ids.shape[0] < len(seqs)  # really several sequences per row
+        trained, _ = packed_logprobs(model, batch, settings)
+        for index, seq in enumerate(seqs):
+            where = (batch.seq_ids == index) & (batch.loss_mask > 0)
+            alone = _alone(model, seq.tokens, settings)
+            assert torch.allclose(trained[where], alone, atol=ATOL), (name, index)
+
+        prompts = [s.tokens[:n] for s, n in zip(seqs, [3, 5, 8, 3, 6, 2], strict=True)]
+        completions, recorded = sample(
+            model,
+            prompts,
+            6,
+            settings,
+            (tok.eos_token_id,),
+            tok.pad_token_id,
+            torch.Generator().manual_seed(0),
+            left_padding=loaded.layout.left_padding,
+        )
+        for prompt, completion, values in zip(prompts, completions, recorded, strict=True):
+            assert completion and len(values) == len(completion)
+            alone = _alone(model, prompt + completion, settings)[len(prompt) - 1 :]
+            assert torch.allclose(torch.tensor(values), alone, atol=ATOL), name
+
+
+def test_every_packing_family_is_proven_here() -> None:
+    assert {model_type for model_type, *_ in FAMILIES.values()} >= PROVEN_FAMILIES
+
+
+def _config(model_type: str, attn: str = "sdpa", **extra: Any) -> Any:
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(model_type, **extra)
+    config._attn_implementation = attn
+    return config
+
+
+@pytest.mark.parametrize(
+    ("config", "why"),
+    [
+        (_config("llama", "flash_attention_2"), "'flash_attention_2' does not honour"),
+        (_config("llama", "flex_attention"), "'flex_attention' does not honour"),
+        (_config("gpt2"), "not proven for the 'gpt2' family"),
+        (_config("mamba"), "mamba has linear_attention layers"),
+        (_config("qwen3_next"), "qwen3_next has linear_attention layers"),
+        (_config("gemma3_text", use_bidirectional_attention=True), "bidirectional"),
+    ],
+    ids=["flash", "flex", "unknown", "mamba", "qwen3_next", "bidirectional"],
+)
+def test_what_cannot_pack_gets_one_sequence_per_row(config: Any, why: str) -> None:
+    layout = row_layout(config, CAPACITY)
+    assert layout.mask == MaskForm.padding and why in layout.reason, layout.reason
+    # Prompts of unproven or stateful families are batched by length, never left-padded.
+    assert layout.left_padding == (config.model_type in PROVEN_FAMILIES)
+
+
+def test_a_window_binds_unless_it_covers_the_whole_row() -> None:
+    gemma2 = _config("gemma2", "eager")  # window 4096 on its sliding layers
+    assert row_layout(gemma2, 4096).mask == MaskForm.block_additive
+    assert row_layout(gemma2, 4097).mask == MaskForm.padding
+    assert row_layout(gemma2, None).mask == MaskForm.padding  # unknown row length
+    qwen2 = _config("qwen2", sliding_window=8)  # no sliding layer unless use_sliding_window
+    assert row_layout(qwen2, CAPACITY).mask == MaskForm.block_bool
