@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make run    set up .venv on first use, then run the default job (ARGS="..." adds overrides)
-#   make test   set up .venv on first use, then lint and run the test suite
+#   make test   set up .venv on first use, then lint and run the test suite, then the
+#               Unsloth stage in its own .venv-unsloth (make test-unsloth)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,9 @@ BIN := $(VENV)/bin
 # range (>=2.4,<2.15) works, e.g. TORCH=torch==2.14.1 for a CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: run test bench
+UNSLOTH_VENV := .venv-unsloth
+
+.PHONY: run test test-unsloth bench
 
 $(BIN)/art-hydra: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +26,22 @@ test: $(BIN)/art-hydra
 	$(BIN)/ruff check art_hydra hydra_plugins conf tests bench
 	$(BIN)/ruff format --check art_hydra hydra_plugins conf tests bench
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(MAKE) test-unsloth
+
+# The [unsloth] extra in a virtual environment of its own: it pins its own transformers
+# and trl. PyPI's torchvision does not load beside the on-disk CPU torch, and Unsloth
+# refuses to import next to a broken one; art_hydra needs no torchvision, so it goes.
+$(UNSLOTH_VENV)/bin/art-hydra: pyproject.toml
+	$(PYTHON) -m venv $(UNSLOTH_VENV)
+	$(UNSLOTH_VENV)/bin/pip install --quiet "$(TORCH)"
+	$(UNSLOTH_VENV)/bin/pip install --quiet -e ".[unsloth,dev]" "$(TORCH)"
+	$(UNSLOTH_VENV)/bin/pip uninstall --quiet -y torchvision
+	touch $@
+
+# A short RL job on Unsloth's CPU path (plain transformers + peft under Unsloth's API
+# when no GPU is present); its checkpoints then load in the torch backend.
+test-unsloth: $(UNSLOTH_VENV)/bin/art-hydra
+	HF_HUB_OFFLINE=1 $(UNSLOTH_VENV)/bin/python -m pytest tests/unsloth_stage -p no:cacheprovider
 
 bench: $(BIN)/art-hydra
 	$(BIN)/python bench/cli_rejection.py

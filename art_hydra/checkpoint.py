@@ -17,29 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.errors import CompactHydraException
 from safetensors.torch import load_file, save_file
 
 from art_hydra.run_folder import checkpoint_folders
 
 PREFIX = "step-"
 STATE_DIR = "trainer_state"
-
-
-class ResumeMismatchError(CompactHydraException, ValueError):
-    """The checkpoint was written under other trainer settings (a user's mistake)."""
-
-
-def trainer_settings(trainer: Any) -> dict[str, Any]:
-    """The trainer settings a checkpoint's schedule and moments depend on."""
-    cfg = trainer.cfg
-    return {
-        "max_steps": cfg.max_steps,
-        "learning_rate": cfg.learning_rate,
-        "lr_scheduler_type": cfg.lr_scheduler_type.value,
-        "warmup_steps": cfg.warmup_steps,
-        "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
-    }
 
 
 def optimizer_to_safetensors(optimizer: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -137,8 +120,8 @@ class Checkpointer:
             "step": step,
             "optimizer": plain,
             "scheduler": trainer.scheduler.state_dict(),
-            "producer": {"stream": producer.stream.state()},
-            "trainer": trainer_settings(trainer),
+            "scaler": trainer.scaler.state_dict() if trainer.scaler is not None else None,
+            "producer": producer.state_dict(),
             **extra,
         }
         (state_dir / "state.json").write_text(json.dumps(state, indent=1, sort_keys=True))
@@ -176,16 +159,12 @@ class Checkpointer:
                 )
         state_dir = path / STATE_DIR
         state = json.loads((state_dir / "state.json").read_text())
-        if state.get("trainer", trainer_settings(trainer)) != trainer_settings(trainer):
-            raise ResumeMismatchError(
-                f"checkpoint {path} was written with trainer settings {state['trainer']}, but "
-                f"this run has {trainer_settings(trainer)}; resume with the same trainer.* "
-                "settings (the schedule and the optimizer state depend on them)"
-            )
         optimizer_from_safetensors(
             trainer.optimizer, load_file(state_dir / "optimizer.safetensors"), state["optimizer"]
         )
         trainer.scheduler.load_state_dict(state["scheduler"])
+        if trainer.scaler is not None and state.get("scaler"):
+            trainer.scaler.load_state_dict(state["scaler"])
         trainer.step = state["step"]
         rng = load_file(state_dir / "rng.safetensors")
         torch.set_rng_state(rng["torch_cpu"])
@@ -194,5 +173,5 @@ class Checkpointer:
             torch.cuda.set_rng_state_all(cuda)
         if producer.generator is not None and "sampler" in rng:
             producer.generator.set_state(rng["sampler"].to(producer.generator.device))
-        producer.stream.load_state(state["producer"]["stream"])
+        producer.load_state_dict(state["producer"])
         return state

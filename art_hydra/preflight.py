@@ -457,6 +457,19 @@ def backend_problems(cfg: DictConfig) -> list[Problem]:
                 fix({"backend": "torch"}, alt=fix(note='pip install "art-hydra[unsloth]"')),
             )
         )
+    elif (
+        backend.name == BackendName.unsloth and backend.device != Device.cuda and not cuda_present()
+    ):
+        problems.append(
+            _world(
+                "backend.device",
+                backend.device.name,
+                "no CUDA GPU is visible: Unsloth runs its CPU fallback (plain transformers + "
+                "peft behind its API), which suits testing, not speed.",
+                fix({"backend": "torch"}, "the same run without Unsloth"),
+                warning=True,
+            )
+        )
     if backend.device == Device.cuda and not cuda_present():
         problems.append(
             _world(

@@ -8,7 +8,9 @@ step. The run puts them on the queue and waits for the step's result.
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -101,8 +103,36 @@ def encode_checked(
     return encoded
 
 
+@dataclass
+class MiniBatch:
+    """One optimizer step's share of a generation batch: whole groups of completions with
+    their advantages and sampling-time logprobs, packed only when handed to the trainer."""
+
+    sequences: list[Sequence]
+    info: dict[str, float]
+    samples: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sequences": [dataclasses.asdict(s) for s in self.sequences],
+            "info": self.info,
+            "samples": self.samples,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MiniBatch:
+        return cls([Sequence(**s) for s in data["sequences"]], data["info"], data["samples"])
+
+
 class RLProducer:
-    """Samples groups from the current policy and packs them with their advantages."""
+    """Samples generation batches from the current policy and hands them out as
+    mini-batches, one per optimizer step.
+
+    A generation batch holds ``rl.steps_per_generation`` mini-batches of whole groups;
+    each is trained on ``rl.num_iterations`` times (all mini-batches in order, then again),
+    so the importance ratio against the sampling-time logprobs moves off 1 from the
+    second step on a batch, and clipping acts. With both at 1 every step samples afresh.
+    """
 
     def __init__(
         self,
@@ -129,11 +159,28 @@ class RLProducer:
         self.prompt_ids = {ex.prompt: p for ex, p in zip(task.examples, ids, strict=True)}
         self.stream = ExampleStream(task.examples, seed, producer_cfg.shuffle)
         self.generator = torch.Generator(device=loaded.device).manual_seed(seed)
+        #: Mini-batches of the current generation batch still to be trained on.
+        self.pending: list[MiniBatch] = []
+        #: Generation batches sampled so far.
+        self.generations = 0
 
     def make_inputs(self) -> list[PackedBatch]:
+        """The next optimizer step's input (sampling a generation batch when none is left)."""
+        if not self.pending:
+            chunks = self._generate()
+            self.pending = [c for _ in range(self.rl.num_iterations) for c in chunks]
+        mini = self.pending.pop(0)
+        pad = self.loaded.tokenizer.pad_token_id
+        batch = pack(mini.sequences, self.capacity, pad, self.loaded.layout)
+        batch.step_loss_tokens = batch.loss_tokens
+        batch.info = dict(mini.info)
+        batch.samples = list(mini.samples)
+        return [batch]
+
+    def _generate(self) -> list[MiniBatch]:
         tok = self.loaded.tokenizer
         n = self.rl.num_generations
-        examples = self.stream.take(self.groups)
+        examples = self.stream.take(self.groups * self.rl.steps_per_generation)
         repeated = [self.prompt_ids[ex.prompt] for ex in examples for _ in range(n)]
         with eval_mode(self.loaded.model) as model:
             completions, logprobs = sample(
@@ -146,32 +193,69 @@ class RLProducer:
                 self.generator,
                 left_padding=self.loaded.layout.left_padding,
             )
+        self.generations += 1
         texts = tok.batch_decode(completions, skip_special_tokens=True)
         rewards = [
             float(self.task.reward(ex.prompt, text, ex.answer))
             for ex, text in zip((ex for ex in examples for _ in range(n)), texts, strict=True)
         ]
-        advantages, zero_groups = group_advantages(rewards, n, self.rl.scale_rewards)
+        advantages, _ = group_advantages(rewards, n, self.rl.scale_rewards)
         sequences = [
             Sequence(tokens=p + c, prompt_len=len(p), advantage=a, old_logprobs=lp)
             for p, c, a, lp in zip(repeated, completions, advantages, logprobs, strict=True)
         ]
-        batch = pack(sequences, self.capacity, tok.pad_token_id, self.loaded.layout)
-        batch.step_loss_tokens = batch.loss_tokens
+        size = self.groups * n
+        return [
+            self._mini_batch(
+                examples[start // n : (start + size) // n],
+                sequences[start : start + size],
+                texts[start : start + size],
+                rewards[start : start + size],
+                completions[start : start + size],
+            )
+            for start in range(0, len(sequences), size)
+        ]
+
+    def _mini_batch(
+        self,
+        examples: list[Example],
+        sequences: list[Sequence],
+        texts: list[str],
+        rewards: list[float],
+        completions: list[list[int]],
+    ) -> MiniBatch:
+        n = self.rl.num_generations
         mean = sum(rewards) / len(rewards)
         std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
-        batch.info = {
+        zero_groups = sum(
+            max(rewards[g : g + n]) == min(rewards[g : g + n]) for g in range(0, len(rewards), n)
+        )
+        info = {
             "reward_mean": mean,
             "reward_std": std,
             "zero_std_groups": float(zero_groups),
             "completion_length": sum(len(c) for c in completions) / len(completions),
         }
         shown = min(self.log_completions, len(examples))  # one per group
-        batch.samples = [
+        samples = [
             {"prompt": examples[i // n].prompt, "completion": texts[i], "reward": rewards[i]}
             for i in range(0, n * shown, n)
         ]
-        return [batch]
+        return MiniBatch(sequences, info, samples)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Data position and the rest of the current generation batch (JSON-able; the
+        sampler's random state is saved with the other RNG states)."""
+        return {
+            "stream": self.stream.state(),
+            "pending": [m.to_json() for m in self.pending],
+            "generations": self.generations,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.stream.load_state(state["stream"])
+        self.pending = [MiniBatch.from_json(m) for m in state.get("pending", [])]
+        self.generations = state.get("generations", 0)
 
 
 class SFTProducer:
@@ -237,3 +321,10 @@ class SFTProducer:
         for b in micro:
             b.step_loss_tokens = total
         return micro
+
+    def state_dict(self) -> dict[str, Any]:
+        """The data position (JSON-able)."""
+        return {"stream": self.stream.state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.stream.load_state(state["stream"])

@@ -100,6 +100,9 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
     # ---- setup -----------------------------------------------------------------------
     import random
 
+    from art_hydra.backends import prepare
+
+    prepare(cfg.backend)
     import torch
     from transformers.utils import logging as hf_logging
 

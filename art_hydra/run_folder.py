@@ -45,6 +45,10 @@ MAY_CHANGE_ON_RESUME = (
 )
 
 
+#: Switches of one invocation, not settings of the run: never recorded as a change.
+_SWITCHES = ("resume", "dry_run")
+
+
 def checkpoint_step(path: Path) -> int | None:
     """The step a checkpoint folder holds, from its name (None if it is not one)."""
     match = _STEP.match(path.name)
@@ -122,7 +126,7 @@ def record_resume(run_dir: Path, step: int, changed: list[tuple[str, Any, Any]])
     entry = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "from_step": step,
-        "changed": {key: [old, new] for key, old, new in changed},
+        "changed": {key: [old, new] for key, old, new in changed if key not in _SWITCHES},
     }
     with open(run_dir / RESUMES, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(entry) + "\n")

@@ -135,6 +135,10 @@ class Trainer:
         self.cfg = trainer_cfg
         self.objective = objective
         self.optimizer, self.scheduler = build_optimizer(self.model, trainer_cfg)
+        #: Loss scaling for float16 mixed precision (its small range underflows gradients).
+        self.scaler = (
+            torch.amp.GradScaler(loaded.device.type) if loaded.autocast == torch.float16 else None
+        )
         self.reference = self._build_reference() if objective.needs_reference else None
         self.step = 0
         self._micro = 0
@@ -160,9 +164,19 @@ class Trainer:
                     return packed_logprobs(self.model, batch, self.objective.sampling)[0]
             return packed_logprobs(self.reference, batch, self.objective.sampling)[0]
 
+    def _forward_precision(self) -> Any:
+        """Autocast for mixed precision; nothing otherwise."""
+        if self.loaded.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.loaded.device.type, dtype=self.loaded.autocast)
+
     def loss(self, batch: PackedBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """The micro-batch's share of the step loss, and its statistics."""
         batch.to(self.loaded.device)
+        with self._forward_precision():
+            return self._loss(batch)
+
+    def _loss(self, batch: PackedBatch) -> tuple[torch.Tensor, dict[str, float]]:
         logprobs, entropy = packed_logprobs(self.model, batch, self.objective.sampling)
         mask = batch.loss_mask
         denominator = batch.step_loss_tokens or float(mask.sum().clamp(min=1))
@@ -190,7 +204,7 @@ class Trainer:
         start = time.perf_counter()
         self.model.train()
         loss, stats = self.loss(batch)
-        loss.backward()
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         if batch.warmup:
             self.optimizer.zero_grad(set_to_none=True)
             return self._result(loss.item(), 0.0, stats, batch, start, warmup=True)
@@ -212,9 +226,15 @@ class Trainer:
         step_start = time.perf_counter()
         max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf")
         params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)  # clip the true gradient, not the scaled one
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
         lr = self.scheduler.get_last_lr()[0]
-        self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)  # skipped when the gradient overflowed
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1

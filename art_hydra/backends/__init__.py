@@ -12,6 +12,13 @@ from typing import Any
 from art_hydra.config.schema import BackendName
 
 
+def prepare(backend_cfg: Any) -> None:
+    """Import what the backend must import first (Unsloth patches transformers, and its
+    patches apply only when it comes before transformers in the process)."""
+    if backend_cfg.name == BackendName.unsloth:
+        import unsloth  # noqa: F401
+
+
 def load_model(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None) -> Any:
     """The :class:`~art_hydra.backends.torch_backend.LoadedModel` for ``cfg.model``.
 

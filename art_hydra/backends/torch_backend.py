@@ -28,6 +28,9 @@ class LoadedModel:
     #: How training rows are laid out and prompts batched, chosen by the backend from the
     #: model's config (see :func:`art_hydra.backends.layout.row_layout`).
     layout: Layout
+    #: Mixed precision: the training forward runs under autocast to this dtype, with
+    #: loss scaling, over float32 weights (None: train in the weights' own dtype).
+    autocast: Any = None
 
 
 def resolve_device(device: Device) -> Any:
@@ -43,14 +46,22 @@ def resolve_device(device: Device) -> Any:
 
 
 def torch_dtype(dtype: DType) -> Any:
+    """The dtype the weights are loaded in: float16 trains mixed, on float32 masters."""
     import torch
 
     return {
         DType.auto: "auto",
         DType.float32: torch.float32,
         DType.bfloat16: torch.bfloat16,
-        DType.float16: torch.float16,
+        DType.float16: torch.float32,
     }[dtype]
+
+
+def autocast_dtype(dtype: DType) -> Any:
+    """The forward pass's autocast dtype (float16 mixed precision), or None."""
+    import torch
+
+    return torch.float16 if dtype == DType.float16 else None
 
 
 def load_base(model_cfg: Any, seed: int, charset: str | None = None) -> tuple[Any, Any]:
@@ -95,5 +106,10 @@ def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None
         model = add_lora(model, model_cfg.lora, seed)
     model.to(device)
     return LoadedModel(
-        model=model, tokenizer=tokenizer, device=device, is_peft=is_peft, layout=layout
+        model=model,
+        tokenizer=tokenizer,
+        device=device,
+        is_peft=is_peft,
+        layout=layout,
+        autocast=autocast_dtype(model_cfg.dtype),
     )

@@ -1,7 +1,9 @@
 """Unsloth backend: fused kernels and 4-bit (QLoRA) loading on a CUDA GPU.
 
-The only module that imports unsloth, and it does so before transformers is touched
-in the process, as Unsloth requires for its patches to apply.
+The only module that imports unsloth; :func:`art_hydra.backends.prepare` imports it
+before anything touches transformers, as Unsloth requires for its patches to apply.
+Without a GPU, Unsloth falls back to a CPU path (plain transformers + peft behind its
+API), which the CI stage uses to run this backend for real.
 """
 
 from __future__ import annotations
@@ -9,8 +11,10 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
+from art_hydra.backends.adapters import unmatched_names
 from art_hydra.backends.layout import unpacked_layout
 from art_hydra.backends.torch_backend import LoadedModel, resolve_device, torch_dtype
+from art_hydra.config.problems import ConfigValidationError
 from art_hydra.config.schema import DType, FinetuneMethod, ModelSource
 
 
@@ -30,12 +34,14 @@ def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None
         build_model(model_cfg, tokenizer, seed).save_pretrained(keep_alive.name)
         tokenizer.save_pretrained(keep_alive.name)
         name = keep_alive.name
+    checkpointing = "unsloth" if backend_cfg.gradient_checkpointing else False
     model, tokenizer = FastLanguageModel.from_pretrained(
         model_name=name,
         max_seq_length=model_cfg.max_seq_length,
-        dtype=None if model_cfg.dtype == DType.auto else torch_dtype(model_cfg.dtype),
+        dtype=_unsloth_dtype(model_cfg.dtype),
         load_in_4bit=model_cfg.load_in_4bit,
         full_finetuning=model_cfg.finetune == FinetuneMethod.full,
+        use_gradient_checkpointing=checkpointing,
     )
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
@@ -43,6 +49,11 @@ def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None
     is_peft = model_cfg.finetune == FinetuneMethod.lora
     if is_peft:
         lora = model_cfg.lora
+        problems = unmatched_names(model, lora)
+        if problems:
+            raise ConfigValidationError(
+                problems, footer="The model was loaded; nothing was trained or written."
+            )
         model = FastLanguageModel.get_peft_model(
             model,
             r=lora.r,
@@ -50,7 +61,7 @@ def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None
             lora_dropout=lora.dropout,
             target_modules=list(lora.target_modules),
             modules_to_save=list(lora.modules_to_save) or None,
-            use_gradient_checkpointing="unsloth" if backend_cfg.gradient_checkpointing else False,
+            use_gradient_checkpointing=checkpointing,
             random_state=seed,
         )
     if keep_alive is not None:
@@ -61,3 +72,12 @@ def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None
     return LoadedModel(
         model=model, tokenizer=tokenizer, device=device, is_peft=is_peft, layout=layout
     )
+
+
+def _unsloth_dtype(dtype: DType) -> Any:
+    """Unsloth picks its own precision for ``auto`` and manages float16 itself."""
+    import torch
+
+    if dtype == DType.auto:
+        return None
+    return torch.float16 if dtype == DType.float16 else torch_dtype(dtype)

@@ -48,7 +48,12 @@ class Device(Enum):
 
 
 class DType(Enum):
-    """Parameter dtype; ``auto`` uses the checkpoint's dtype (float32 for the tiny model)."""
+    """Parameter dtype; ``auto`` uses the checkpoint's dtype (float32 for the tiny model).
+
+    ``float16`` trains in mixed precision: float32 master weights, float16 autocast in
+    the forward pass and loss scaling (as Hugging Face's Trainer does for fp16); pure
+    float16 weights overflow within a few steps.
+    """
 
     auto = "auto"
     float32 = "float32"
@@ -252,8 +257,16 @@ class RLConfig:
     epsilon: float = bounded(
         0.2, gt=0, lt=1, why="the ratio is clipped below at 1 - epsilon, which must stay positive."
     )
-    # Upper clip range (1 + epsilon_high); unset means epsilon (DAPO's clip-higher when larger).
+    # ppo_clip: upper clip range 1 + epsilon_high (unset: epsilon; larger is DAPO's
+    # clip-higher). cispo: the cap on the importance weight itself, as in TRL (5.0 is
+    # ScaleRL's value); required with cispo.
     epsilon_high: float | None = bounded(None, gt=0)
+    # Passes over each generation batch (TRL's num_iterations); more than 1 reuses
+    # rollouts, so the ratio moves off 1 and clipping acts.
+    num_iterations: int = bounded(1, ge=1)
+    # Optimizer steps each generation batch is split into (TRL's steps_per_generation): a
+    # generation samples per_device_train_batch_size x this many completions.
+    steps_per_generation: int = bounded(1, ge=1)
     # Policy-gradient loss.
     loss_type: LossType = LossType.ppo_clip
     # Divide group-centred rewards by the group's standard deviation.

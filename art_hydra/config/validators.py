@@ -21,6 +21,7 @@ from art_hydra.config.schema import (
     AlgorithmName,
     BackendName,
     FinetuneMethod,
+    LossType,
     ModelSource,
     TaskSource,
 )
@@ -233,6 +234,50 @@ def sampling_can_differ(cfg: DictConfig) -> Iterator[Problem]:
             "is close to greedy decoding: completions of a prompt would rarely differ, so most "
             "groups carry no signal.",
             fix({"rl.temperature": 1.0}),
+        )
+
+
+@validator
+def cispo_has_its_cap(cfg: DictConfig) -> Iterator[Problem]:
+    """CISPO caps the importance weight at epsilon_high itself (TRL's convention)."""
+    if not _is_rl(cfg) or cfg.rl.loss_type != LossType.cispo:
+        return
+    high = cfg.rl.epsilon_high
+    if high is None:
+        yield Problem(
+            "rl.epsilon_high",
+            None,
+            "CISPO caps each token's importance weight at rl.epsilon_high itself (TRL's "
+            "convention), and it has no value; falling back to rl.epsilon would cap even "
+            "on-policy tokens (weight 1) and scale every gradient down.",
+            fix({"rl.epsilon_high": 5.0}, "ScaleRL's cap"),
+        )
+    elif high <= 1:
+        yield _warning(
+            "rl.epsilon_high",
+            high,
+            f"caps the CISPO importance weight at {high:g}, below an on-policy token's weight "
+            f"of 1: every token's gradient is scaled by {high:g} (the cap is epsilon_high "
+            "itself, not 1 + epsilon_high).",
+            fix({"rl.epsilon_high": 5.0}, "ScaleRL's cap"),
+        )
+
+
+@validator
+def generations_are_used_whole(cfg: DictConfig) -> Iterator[Problem]:
+    """A generation batch feeds steps_per_generation x num_iterations optimizer steps."""
+    if not _is_rl(cfg):
+        return
+    per_generation = cfg.rl.steps_per_generation * cfg.rl.num_iterations
+    steps = cfg.trainer.max_steps
+    if per_generation > 1 and steps % per_generation:
+        whole = max(per_generation, steps - steps % per_generation)
+        yield _warning(
+            "trainer.max_steps",
+            steps,
+            f"is not a multiple of rl.steps_per_generation x rl.num_iterations = "
+            f"{per_generation}: the last generation batch is only partly trained on.",
+            fix({"trainer.max_steps": whole}),
         )
 
 

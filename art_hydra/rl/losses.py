@@ -28,6 +28,7 @@ class PolicyLossSettings:
 
     @classmethod
     def from_config(cls, rl_cfg) -> PolicyLossSettings:  # type: ignore[no-untyped-def]
+        """PPO-clip's upper range defaults to epsilon; CISPO's cap is required (validated)."""
         high = rl_cfg.epsilon if rl_cfg.epsilon_high is None else rl_cfg.epsilon_high
         return cls(rl_cfg.loss_type, rl_cfg.epsilon, high, rl_cfg.beta)
 
@@ -44,9 +45,13 @@ def policy_loss(
     """Sum of per-token losses over ``mask``, divided by ``num_tokens`` (all tokens of
     the optimizer step, so accumulation splits the same mean).
 
-    PPO-clip: ``-min(r A, clip(r, 1-eps, 1+eps_high) A)``. CISPO: the importance weight
-    ``min(r, 1+eps_high)`` is detached and multiplies ``A log p``, so clipped tokens still
-    pass gradient. With ``beta > 0`` the k3 estimator of KL(policy || reference) is added.
+    PPO-clip: ``-min(r A, clip(r, 1-eps, 1+eps_high) A)``; ``clip_fraction`` counts the
+    tokens in a clipped region (ratio below 1-eps with A < 0, or above 1+eps_high with
+    A > 0). CISPO: the importance weight ``min(r, eps_high)`` (TRL's convention: the cap
+    is ``epsilon_high`` itself) is detached and multiplies ``A log p``, so capped tokens
+    still pass gradient; ``clip_fraction`` counts the capped tokens (ratio above the cap,
+    whatever the sign of A; TRL counts those with A > 0 only). With ``beta > 0`` the k3
+    estimator of KL(policy || reference) is added.
     """
     # Positions outside the mask (padding, prompts, a sequence's last token) may hold
     # -inf logprobs (suppressed or filtered targets); zero them so they add exactly 0.
@@ -58,7 +63,7 @@ def policy_loss(
     log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     if settings.loss_type == LossType.cispo:
-        weight = ratio.clamp(max=1 + settings.epsilon_high).detach()
+        weight = ratio.clamp(max=settings.epsilon_high).detach()
         per_token = -weight * advantages * logprobs
     else:
         clipped = ratio.clamp(1 - settings.epsilon, 1 + settings.epsilon_high)
@@ -78,11 +83,15 @@ def policy_loss(
         )
     masked = mask.sum().clamp(min=1)
     with torch.no_grad():
-        clip_low = (ratio < 1 - settings.epsilon) & (advantages < 0)
-        clip_high = (ratio > 1 + settings.epsilon_high) & (advantages > 0)
+        if settings.loss_type == LossType.cispo:
+            clipped_tokens = ratio > settings.epsilon_high
+        else:
+            clip_low = (ratio < 1 - settings.epsilon) & (advantages < 0)
+            clip_high = (ratio > 1 + settings.epsilon_high) & (advantages > 0)
+            clipped_tokens = clip_low | clip_high
         stats = {
             "kl": float((kl * mask).sum() / masked),
-            "clip_fraction": float(((clip_low | clip_high).float() * mask).sum() / masked),
+            "clip_fraction": float((clipped_tokens.float() * mask).sum() / masked),
         }
     return loss, stats
 

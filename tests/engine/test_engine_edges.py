@@ -3,6 +3,7 @@ changed settings on resume."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -10,8 +11,7 @@ import pytest
 import torch
 from conftest_model import QUICK, tiny
 
-from art_hydra import compose, train
-from art_hydra.checkpoint import ResumeMismatchError
+from art_hydra import ConfigValidationError, compose, train
 from art_hydra.config.schema import LossType
 from art_hydra.metrics import read_metrics
 from art_hydra.producer import RLProducer, encode_checked, encode_prompt, stop_token_ids
@@ -43,7 +43,7 @@ def test_masked_positions_with_minus_inf_add_exactly_zero() -> None:
 @pytest.mark.parametrize(
     "extra",
     [
-        ["rl.loss_type=cispo"],
+        ["rl.loss_type=cispo", "rl.epsilon_high=5.0"],
         ["rl.beta=0.04"],
         ["rl.beta=0.04", "model.finetune=lora", "model.lora.r=4"],
     ],
@@ -80,10 +80,18 @@ def test_every_generation_config_eos_stops_a_completion() -> None:
     assert stop_token_ids(loaded) == tuple(sorted({loaded.tokenizer.eos_token_id, 7}))
 
 
-def test_resume_with_other_trainer_settings_is_refused(tmp_path: Path) -> None:
+def test_resume_refuses_other_settings_and_extends_the_run(tmp_path: Path) -> None:
     train(compose([*QUICK, "trainer.max_steps=2"]), run_dir=tmp_path)
-    with pytest.raises(ResumeMismatchError, match="same trainer"):
-        train(compose([*QUICK, "trainer.max_steps=4", "resume=true"]), run_dir=tmp_path)
+    with pytest.raises(ConfigValidationError) as info:
+        train(
+            compose([*QUICK, "trainer.max_steps=4", "trainer.learning_rate=0.01", "resume=true"]),
+            run_dir=tmp_path,
+        )
+    assert [p.key for p in info.value.problems] == ["trainer.learning_rate"]
+    summary = train(compose([*QUICK, "trainer.max_steps=4", "resume=true"]), run_dir=tmp_path)
+    assert summary["steps"] == 4
+    (entry,) = [json.loads(line) for line in (tmp_path / "resumes.jsonl").read_text().splitlines()]
+    assert entry["from_step"] == 2 and entry["changed"] == {"trainer.max_steps": [2, 4]}
 
 
 def test_sft_examples_too_long_are_refused(tmp_path: Path) -> None:

@@ -56,15 +56,20 @@ def test_ppo_clip_by_hand() -> None:
     assert stats["clip_fraction"] == pytest.approx(2 / 3)
 
 
-def test_cispo_by_hand_passes_gradient_through_clipped_tokens() -> None:
-    logp = torch.log(torch.tensor([1.5, 2.0])).requires_grad_(True)
-    old = torch.zeros(2)
-    adv = torch.tensor([1.0, 1.0])
-    loss, _ = policy_loss(logp, old, adv, torch.ones(2), _settings(LossType.cispo), 2.0)
-    # weight = min(r, 1.28) detached: 1.28 for both; loss = -(1.28 * logp).mean
-    assert loss.item() == pytest.approx(-(1.28 * math.log(1.5) + 1.28 * math.log(2.0)) / 2)
+def test_cispo_by_hand_caps_at_epsilon_high_itself_and_counts_capped_tokens() -> None:
+    """TRL's convention: the weight is min(r, epsilon_high), not min(r, 1 + epsilon_high)."""
+    logp = torch.log(torch.tensor([1.5, 2.0, 1.0, 1.5])).requires_grad_(True)
+    old = torch.zeros(4)
+    adv = torch.tensor([1.0, 1.0, 1.0, -1.0])
+    cispo = PolicyLossSettings(LossType.cispo, epsilon=0.2, epsilon_high=1.28, beta=0.0)
+    loss, stats = policy_loss(logp, old, adv, torch.ones(4), cispo, 4.0)
+    # weights (detached): 1.28, 1.28, 1.0, 1.28; loss = -(w * A * logp).mean
+    expected = -(1.28 * math.log(1.5) + 1.28 * math.log(2.0) - 1.28 * math.log(1.5)) / 4
+    assert loss.item() == pytest.approx(expected)
     loss.backward()
-    assert logp.grad is not None and torch.allclose(logp.grad, torch.tensor([-0.64, -0.64]))
+    assert logp.grad is not None
+    assert torch.allclose(logp.grad, torch.tensor([-0.32, -0.32, -0.25, 0.32]))
+    assert stats["clip_fraction"] == pytest.approx(3 / 4)  # every token above the cap
 
 
 def test_kl_penalty_k3_by_hand() -> None:

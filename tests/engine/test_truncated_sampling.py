@@ -34,7 +34,10 @@ COMMON = [
 
 @pytest.mark.parametrize(
     "extra",
-    [["rl.top_k=3", "rl.loss_type=cispo"], ["rl.top_p=0.7", "rl.loss_type=ppo_clip"]],
+    [
+        ["rl.top_k=3", "rl.loss_type=cispo", "rl.epsilon_high=5.0"],
+        ["rl.top_p=0.7", "rl.loss_type=ppo_clip"],
+    ],
     ids=["top_k-cispo", "top_p-ppo_clip"],
 )
 def test_truncated_sampling_with_kl_stays_finite_in_bf16(tmp_path: Path, extra: list[str]) -> None:
