@@ -47,3 +47,4 @@ bench: $(BIN)/art-hydra
 	$(BIN)/python bench/cli_rejection.py
 	$(BIN)/python bench/sweep_preflight.py
 	$(BIN)/python bench/engine.py
+	$(BIN)/python bench/data_loading.py

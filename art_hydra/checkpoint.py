@@ -1,11 +1,18 @@
-"""Checkpoints: standard Hugging Face / PEFT folders plus the trainer's state.
+"""Checkpoints: standard Hugging Face / PEFT folders plus each component's own state.
 
 ``checkpoints/step-000050/`` holds ``adapter_model.safetensors`` + ``adapter_config.json``
 (LoRA; loadable with ``peft.PeftModel.from_pretrained``) or ``model.safetensors`` +
-``config.json`` (full fine-tuning), the tokenizer, and ``trainer_state/`` with the
-optimizer moments and RNG states (safetensors) and the step, schedule and data position
-(JSON). Nothing is pickled. A checkpoint is written into a temporary folder and renamed
-into place, so a folder named ``step-*`` is always complete.
+``config.json`` (full fine-tuning), the tokenizer, ``trainer_state/`` and a manifest.
+Each component owns its state (``state_dict()`` returns tensors and JSON-able values,
+``load_state_dict`` takes them back): the trainer (optimizer moments, schedule, loss
+scaler, step) and the producer (data position, the rest of the current generation
+batch, the sampler's random state); the process-wide random states are saved here.
+Tensors go to safetensors, the rest to ``state.json``: nothing is pickled.
+
+A checkpoint is written into a temporary folder, its manifest (every file's SHA-256)
+written last, flushed, and renamed into place, all within ``timeouts.checkpoint_s``;
+old checkpoints are renamed aside before they are deleted, so a kill at any moment
+leaves either a whole, verifiable checkpoint or none.
 """
 
 from __future__ import annotations
@@ -17,37 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from art_hydra.run_folder import checkpoint_folders
+from art_hydra import workers
+from art_hydra.errors import StallError, WriteError
+from art_hydra.run_folder import checkpoint_folders, latest_intact, write_manifest
 
 PREFIX = "step-"
 STATE_DIR = "trainer_state"
-
-
-def optimizer_to_safetensors(optimizer: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Split an optimizer state dict into tensors (safetensors) and plain values (JSON)."""
-    state = optimizer.state_dict()
-    tensors: dict[str, torch.Tensor] = {}
-    plain: dict[str, Any] = {"param_groups": state["param_groups"], "state": {}}
-    for index, values in state["state"].items():
-        plain["state"][str(index)] = {}
-        for key, value in values.items():
-            if torch.is_tensor(value):
-                tensors[f"{index}.{key}"] = value.detach().contiguous().cpu()
-            else:
-                plain["state"][str(index)][key] = value
-    return tensors, plain
-
-
-def optimizer_from_safetensors(
-    optimizer: Any, tensors: dict[str, torch.Tensor], plain: dict[str, Any]
-) -> None:
-    state: dict[int, dict[str, Any]] = {int(i): dict(v) for i, v in plain["state"].items()}
-    for name, tensor in tensors.items():
-        index, key = name.split(".", 1)
-        state.setdefault(int(index), {})[key] = tensor
-    optimizer.load_state_dict({"state": state, "param_groups": plain["param_groups"]})
 
 
 def _fsync_dir(path: Path) -> None:
@@ -69,109 +54,117 @@ def _fsync_tree(root: Path) -> None:
     _fsync_dir(root)
 
 
-class Checkpointer:
-    """Writes, lists, prunes and loads the checkpoints of one run (reads ``cfg.checkpoint``)."""
+def _process_rng() -> dict[str, torch.Tensor]:
+    rng = {"torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for index, state in enumerate(torch.cuda.get_rng_state_all()):
+            rng[f"torch_cuda_{index}"] = state
+    return rng
 
-    def __init__(self, run_dir: Path, checkpoint_cfg: Any) -> None:
+
+def _restore_process_rng(rng: dict[str, torch.Tensor]) -> None:
+    torch.set_rng_state(rng["torch_cpu"])
+    cuda = [rng[k] for k in sorted(rng) if k.startswith("torch_cuda_")]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+
+
+class Checkpointer:
+    """Writes, lists, prunes and loads the checkpoints of one run (reads ``cfg.checkpoint``
+    and the bound on a write)."""
+
+    def __init__(self, run_dir: Path, checkpoint_cfg: Any, timeout_s: float) -> None:
         self.cfg = checkpoint_cfg
         self.root = Path(run_dir) / checkpoint_cfg.dir
+        self.timeout_s = timeout_s
 
     def due(self, step: int, max_steps: int) -> bool:
         every = self.cfg.every_steps
         return step == max_steps or (every > 0 and step % every == 0)
 
     def complete(self) -> list[Path]:
-        """Checkpoints that were renamed into place (only whole ones ever are), oldest
-        first by step number."""
+        """Checkpoints renamed into place with their manifest, oldest first by step."""
         return checkpoint_folders(self.root)
 
-    def latest(self) -> Path | None:
-        found = self.complete()
-        return found[-1] if found else None
+    def latest(self) -> tuple[Path | None, list[str]]:
+        """The newest checkpoint that verifies, and why newer ones were skipped."""
+        return latest_intact(self.root)
 
-    def save(self, step: int, trainer: Any, producer: Any, extra: dict[str, Any]) -> Path:
-        """Write step ``step`` atomically and prune old checkpoints."""
+    def save(self, step: int, components: dict[str, Any], loaded: Any) -> Path:
+        """Write step ``step`` atomically, within ``timeouts.checkpoint_s``, and prune."""
+        outcome: dict[str, Any] = {}
+
+        def write() -> None:
+            try:
+                outcome["path"] = self._write(step, components, loaded)
+            except BaseException as exc:
+                outcome["error"] = exc
+                for partial in self.root.glob(f".tmp-{PREFIX}{step:06d}-{os.getpid()}"):
+                    shutil.rmtree(partial, ignore_errors=True)  # give the room back
+
+        writer = workers.start(write, "checkpoint")
+        writer.join(self.timeout_s)
+        previous = self.complete()
+        kept = (
+            f"the last complete one, {previous[-1].name}, is intact"
+            if previous
+            else ("there is no earlier one")
+        )
+        if writer.is_alive():
+            raise StallError(
+                f"writing checkpoint {PREFIX}{step:06d} did not finish within "
+                f"{self.timeout_s:g}s (timeouts.checkpoint_s); {kept}. Raise "
+                "timeouts.checkpoint_s for a slow disk, then resume."
+            )
+        error = outcome.get("error")
+        if isinstance(error, (OSError, SafetensorError)):  # a full disk, a read-only folder
+            raise WriteError(
+                f"writing checkpoint {PREFIX}{step:06d} in {self.root} failed: {error}; {kept}. "
+                "Free space (or fix the folder's permissions), then resume with resume=true "
+                f"hydra.run.dir={self.root.parent.resolve()} and the same overrides."
+            ) from error
+        if error is not None:
+            raise error
+        return outcome["path"]
+
+    def _write(self, step: int, components: dict[str, Any], loaded: Any) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / f"{PREFIX}{step:06d}"
         tmp = self.root / f".tmp-{PREFIX}{step:06d}-{os.getpid()}"
-        for stale in self.root.glob(f".tmp-{PREFIX}*"):  # left by a crashed writer
-            shutil.rmtree(stale, ignore_errors=True)
-        loaded = trainer.loaded
-        if loaded.is_peft:
-            from art_hydra.backends.adapters import save_adapters
-
-            save_adapters(loaded.model, tmp)
-        else:
-            loaded.model.save_pretrained(tmp, safe_serialization=True)
-        loaded.tokenizer.save_pretrained(tmp)
+        for stale in [*self.root.glob(".tmp-*"), *self.root.glob(".trash-*")]:
+            shutil.rmtree(stale, ignore_errors=True)  # left by a killed writer or pruner
+        loaded.save_weights(tmp)
         state_dir = tmp / STATE_DIR
         state_dir.mkdir()
-        tensors, plain = optimizer_to_safetensors(trainer.optimizer)
-        save_file(tensors, state_dir / "optimizer.safetensors")
-        rng = {"torch_cpu": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            for index, state in enumerate(torch.cuda.get_rng_state_all()):
-                rng[f"torch_cuda_{index}"] = state
-        if producer.generator is not None:
-            rng["sampler"] = producer.generator.get_state().cpu()
-        save_file(rng, state_dir / "rng.safetensors")
-        # Inside the temporary folder: the rename below makes the whole checkpoint atomic.
-        state = {
-            "step": step,
-            "optimizer": plain,
-            "scheduler": trainer.scheduler.state_dict(),
-            "scaler": trainer.scaler.state_dict() if trainer.scaler is not None else None,
-            "producer": producer.state_dict(),
-            **extra,
-        }
+        state: dict[str, Any] = {"step": step}
+        for name, component in components.items():
+            tensors, plain = component.state_dict()
+            save_file(tensors, state_dir / f"{name}.safetensors")
+            state[name] = plain
+        save_file(_process_rng(), state_dir / "rng.safetensors")
         (state_dir / "state.json").write_text(json.dumps(state, indent=1, sort_keys=True))
+        write_manifest(tmp, step)
         _fsync_tree(tmp)
-        if final.exists():
-            shutil.rmtree(final)
+        if final.exists():  # a run that went back to this step (never two writers: locked)
+            self._discard(final)
         os.replace(tmp, final)
         _fsync_dir(self.root)
         for old in self.complete()[: -self.cfg.keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
+            self._discard(old)
         return final
 
-    def load(self, path: Path, trainer: Any, producer: Any) -> dict[str, Any]:
-        """Restore weights, optimizer, schedule, RNG and data position from ``path``."""
-        model = trainer.loaded.model
-        device = trainer.loaded.device
-        if trainer.loaded.is_peft:
-            from art_hydra.backends.adapters import load_adapters
+    def _discard(self, folder: Path) -> None:
+        """Rename aside, then delete: a kill half-way leaves no half checkpoint behind."""
+        trash = self.root / f".trash-{folder.name}-{os.getpid()}"
+        os.replace(folder, trash)
+        shutil.rmtree(trash, ignore_errors=True)
 
-            weights = load_file(path / "adapter_model.safetensors", device=str(device))
-            unexpected = load_adapters(model, weights)
-            if unexpected:
-                raise RuntimeError(
-                    f"checkpoint {path} does not match the adapters: unexpected {unexpected[:5]}"
-                )
-        else:
-            weights = {}
-            for shard in sorted(path.glob("*.safetensors")):
-                weights.update(load_file(shard, device=str(device)))
-            missing, unexpected = model.load_state_dict(weights, strict=False)
-            if unexpected or [m for m in missing if not m.endswith("lm_head.weight")]:
-                raise RuntimeError(
-                    f"checkpoint {path} does not match the model: missing {missing[:5]}, "
-                    f"unexpected {unexpected[:5]}"
-                )
+    def load(self, path: Path, components: dict[str, Any], loaded: Any) -> int:
+        """Restore the weights and each component's state from ``path``; the step."""
+        loaded.load_weights(path)
         state_dir = path / STATE_DIR
         state = json.loads((state_dir / "state.json").read_text())
-        optimizer_from_safetensors(
-            trainer.optimizer, load_file(state_dir / "optimizer.safetensors"), state["optimizer"]
-        )
-        trainer.scheduler.load_state_dict(state["scheduler"])
-        if trainer.scaler is not None and state.get("scaler"):
-            trainer.scaler.load_state_dict(state["scaler"])
-        trainer.step = state["step"]
-        rng = load_file(state_dir / "rng.safetensors")
-        torch.set_rng_state(rng["torch_cpu"])
-        cuda = [rng[k] for k in sorted(rng) if k.startswith("torch_cuda_")]
-        if cuda and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(cuda)
-        if producer.generator is not None and "sampler" in rng:
-            producer.generator.set_state(rng["sampler"].to(producer.generator.device))
-        producer.load_state_dict(state["producer"])
-        return state
+        for name, component in components.items():
+            component.load_state_dict(load_file(state_dir / f"{name}.safetensors"), state[name])
+        _restore_process_rng(load_file(state_dir / "rng.safetensors"))
+        return int(state["step"])

@@ -11,6 +11,7 @@ the first job starts; every job checks its own config again in :func:`art_hydra.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any
@@ -20,6 +21,7 @@ from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from art_hydra import workers
 from art_hydra.config import hydra_compat
 from art_hydra.config.composition import (
     CONFIG_NAME,
@@ -31,6 +33,7 @@ from art_hydra.config.composition import (
 )
 from art_hydra.config.problems import ConfigValidationError, format_report
 from art_hydra.config.store import register_configs
+from art_hydra.errors import Interrupted
 from hydra_plugins.art_hydra_preflight import register_sweeper
 
 
@@ -40,10 +43,19 @@ def full_error() -> bool:
 
 
 def report_and_exit(exc: CompactHydraException) -> None:
-    """A user's mistake: its message alone on stderr, exit status 1 (no traceback, and
-    without the HYDRA_FULL_ERROR hint Hydra would append)."""
+    """A user's mistake or a run stopped for a known reason: its message alone on
+    stderr (no traceback, no HYDRA_FULL_ERROR hint), and its exit status (1, or 130/143
+    after SIGINT/SIGTERM)."""
     sys.stderr.write(str(exc).rstrip() + "\n")
-    sys.exit(1)
+    code = getattr(exc, "exit_code", 1)
+    if workers.running():
+        # Work that overran its bound still runs in a daemon thread (a stuck step, a hung
+        # reward); finalizing the interpreter under it can abort. Leave at once.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(code)
+    sys.exit(code)
 
 
 @hydra.main(config_path=config_path(), config_name=CONFIG_NAME, version_base="1.3")
@@ -58,7 +70,8 @@ def hydra_main(cfg: DictConfig) -> Any:
     except CompactHydraException as exc:
         # In a sweep the job's failure goes back to the sweeper (in another process under
         # joblib or submitit), which reports it; alone, report it here.
-        if full_error() or HydraConfig.get().mode == RunMode.MULTIRUN:
+        sweep = HydraConfig.get().mode == RunMode.MULTIRUN
+        if full_error() or (sweep and not isinstance(exc, Interrupted)):
             raise
         report_and_exit(exc)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
@@ -11,17 +12,46 @@ from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
 
+log = logging.getLogger(__name__)
+
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return _parse_jsonl(path)[0]
+
+
+def _parse_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """The records of a JSONL log, and the numbers of lines that are not records (a line
+    torn by a kill or a full disk)."""
     if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [], []
+    rows, torn = [], []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            torn.append(number)
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            rows.append(record)
+        else:
+            torn.append(number)
+    return rows, torn
 
 
 def _truncate_after(path: Path, step: int) -> None:
+    """Keep the records up to ``step`` (the resumed run writes the rest again), dropping
+    torn lines with a word about each."""
     if not path.exists():
         return
-    rows = _read_jsonl(path)
+    rows, torn = _parse_jsonl(path)
+    for number in torn:
+        log.warning(
+            "%s:%d: dropped a torn line (a write interrupted by a kill or a full disk)",
+            path,
+            number,
+        )
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows if r["step"] <= step))
     os.replace(tmp, path)

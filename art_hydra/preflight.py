@@ -192,7 +192,8 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
         key = "task.generator"
     if isinstance(stats, str):
         value = task.path if key == "task.path" else task.generator
-        return [*problems, _world(key, value, stats, fix(note="repair the data or the generator"))]
+        remedy = "repair or remove the lines listed" if key == "task.path" else "fix the generator"
+        return [*problems, _world(key, value, stats, fix(note=remedy))]
     needed = _answer_needed_by(cfg, reward)
     if needed and stats.no_answer is not None:
         problems.append(
@@ -487,6 +488,18 @@ def backend_problems(cfg: DictConfig) -> list[Problem]:
 
 
 def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
+    holder = run_folder.lock_holder(run_dir) if run_dir.is_dir() else None
+    if holder is not None:
+        return [
+            _world(
+                "hydra.run.dir",
+                str(run_dir),
+                f"is in use by {run_folder.describe_holder(holder)}, whose run holds its lock "
+                f"({run_folder.LOCK}): two runs in one folder would overwrite each other's "
+                "checkpoints and mix their records.",
+                fix(note="wait for that run to end, or hydra.run.dir=<a new folder>"),
+            )
+        ]
     holds = run_folder.holds_run(run_dir, cfg.checkpoint.dir)
     if not cfg.resume:
         if holds:
@@ -513,19 +526,32 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
                 fix(note="hydra.run.dir=<the folder of the run to resume>"),
             )
         ]
-    if not run_folder.checkpoint_folders(run_dir / cfg.checkpoint.dir):
+    intact, skipped = run_folder.latest_intact(run_dir / cfg.checkpoint.dir)
+    notes = [
+        _world(
+            "resume",
+            True,
+            f"a checkpoint will be skipped: {reason}; the newest intact one is used.",
+            fix(note="nothing to do (delete the broken folder to silence this)"),
+            warning=True,
+        )
+        for reason in skipped
+    ]
+    if intact is None:
+        broken = f" ({'; '.join(skipped)})" if skipped else ""
         return [
             _world(
                 "resume",
                 True,
-                f"{run_dir / cfg.checkpoint.dir} holds no complete checkpoint to resume from.",
+                f"{run_dir / cfg.checkpoint.dir} holds no complete checkpoint to resume "
+                f"from{broken}.",
                 fix({"resume": False}, "and hydra.run.dir=<a new folder> to start over"),
             )
         ]
     saved = run_folder.saved_config(run_dir)
     if saved is None:
-        return []
-    return [
+        return notes
+    return notes + [
         _world(
             key,
             new,

@@ -19,6 +19,7 @@ from art_hydra.packing import PackedBatch, Sequence, pack
 from art_hydra.rl.advantages import group_advantages
 from art_hydra.rl.sampling import SamplingSettings, sample
 from art_hydra.tasks import Example, Task
+from art_hydra.tasks.scoring import score_batch
 from art_hydra.trainer import eval_mode
 
 
@@ -140,6 +141,7 @@ class RLProducer:
         task: Task,
         rl_cfg: Any,
         producer_cfg: Any,
+        timeouts_cfg: Any,
         sampling: SamplingSettings,
         completions_per_step: int,
         capacity: int,
@@ -148,6 +150,7 @@ class RLProducer:
         self.loaded = loaded
         self.task = task
         self.rl = rl_cfg
+        self.timeouts = timeouts_cfg
         self.log_completions = producer_cfg.log_completions
         self.groups = completions_per_step // rl_cfg.num_generations
         self.capacity = capacity
@@ -192,13 +195,14 @@ class RLProducer:
                 tok.pad_token_id,
                 self.generator,
                 left_padding=self.loaded.layout.left_padding,
+                timeout_s=self.timeouts.rollout_s,
             )
         self.generations += 1
         texts = tok.batch_decode(completions, skip_special_tokens=True)
-        rewards = [
-            float(self.task.reward(ex.prompt, text, ex.answer))
-            for ex, text in zip((ex for ex in examples for _ in range(n)), texts, strict=True)
-        ]
+        pairs = list(zip((ex for ex in examples for _ in range(n)), texts, strict=True))
+        rewards = score_batch(
+            self.task.reward, self.task.reward_name, pairs, self.timeouts.reward_s
+        )
         advantages, _ = group_advantages(rewards, n, self.rl.scale_rewards)
         sequences = [
             Sequence(tokens=p + c, prompt_len=len(p), advantage=a, old_logprobs=lp)
@@ -243,19 +247,21 @@ class RLProducer:
         ]
         return MiniBatch(sequences, info, samples)
 
-    def state_dict(self) -> dict[str, Any]:
-        """Data position and the rest of the current generation batch (JSON-able; the
-        sampler's random state is saved with the other RNG states)."""
-        return {
+    def state_dict(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """The sampler's random state (tensors), and the data position and the rest of the
+        current generation batch (JSON-able)."""
+        plain = {
             "stream": self.stream.state(),
             "pending": [m.to_json() for m in self.pending],
             "generations": self.generations,
         }
+        return {"sampler": self.generator.get_state().cpu()}, plain
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, tensors: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
+        self.generator.set_state(tensors["sampler"].to(self.generator.device))
         self.stream.load_state(state["stream"])
-        self.pending = [MiniBatch.from_json(m) for m in state.get("pending", [])]
-        self.generations = state.get("generations", 0)
+        self.pending = [MiniBatch.from_json(m) for m in state["pending"]]
+        self.generations = state["generations"]
 
 
 class SFTProducer:
@@ -284,7 +290,6 @@ class SFTProducer:
         self.accumulation = accumulation
         self.capacity = min(capacity, sft_cfg.max_length)
         self.stream = ExampleStream(task.examples, seed, producer_cfg.shuffle)
-        self.generator = None
         self.sequences = {ex: self._sequence(ex) for ex in task.examples}
         longest = max(len(s.tokens) for s in self.sequences.values())
         if longest > sft_cfg.max_length:
@@ -322,9 +327,9 @@ class SFTProducer:
             b.step_loss_tokens = total
         return micro
 
-    def state_dict(self) -> dict[str, Any]:
-        """The data position (JSON-able)."""
-        return {"stream": self.stream.state()}
+    def state_dict(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """The data position (SFT samples nothing, so it has no random state)."""
+        return {}, {"stream": self.stream.state()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, tensors: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
         self.stream.load_state(state["stream"])

@@ -13,9 +13,14 @@ once, naming both waits. The seed's example is RL with
 ``trainer.gradient_accumulation_steps=2``: the producer sends one input per step and
 waits for its result; the trainer waits for a second input before stepping.
 
-The ``cfg.queue`` timeouts remain as the last resort for work that is genuinely stuck
-(a step that never finishes, a producer that never puts): :class:`StallError` names who
-waited for what and for how long. An exception in the trainer wakes the producer at
+Timeouts remain as the last resort for work that is genuinely stuck, each covering
+one kind of work: the producer waits at most ``timeouts.step_s`` for a step's result
+(or for room to put an input); the trainer waits at most ``queue.input_timeout_s`` for
+its next input, and that clock stops while the producer declares bounded work of its
+own (:meth:`StepChannel.producer_phase`: sampling, scoring, a checkpoint write, each
+bounded by its own ``timeouts.*``), so a slow reward or a slow disk is never blamed on
+the queue. :class:`StallError` names what overran, for how long, and what the other
+side was doing. An exception in the trainer wakes the producer at
 once (within :data:`POLL_S` at worst) and is re-raised with the trainer's traceback;
 :meth:`StepChannel.close` stops and joins the thread on every exit path.
 
@@ -25,27 +30,25 @@ concurrently (another thread putting while ``result`` waits would look like a de
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from art_hydra import workers
+from art_hydra.errors import DeadlockError, StallError
 
 #: The longest a waiting producer sleeps between checks that the trainer thread is
 #: alive (seconds); every state change wakes it sooner.
 POLL_S = 0.05
+#: How long closing waits for a step still in flight to finish (seconds).
+CLOSE_GRACE_S = 10.0
 
 log = logging.getLogger(__name__)
-
-
-class StallError(RuntimeError):
-    """One side waited longer than its ``cfg.queue`` timeout for the other."""
-
-
-class DeadlockError(StallError):
-    """Both sides wait on each other with nothing in flight: no wait can ever end."""
 
 
 class TrainerError(RuntimeError):
@@ -63,8 +66,11 @@ class StepChannel:
     completes, or None while it accumulates micro-batches.
     """
 
-    def __init__(self, queue_cfg: Any, train_fn: Callable[[Any], Any]) -> None:
+    def __init__(
+        self, queue_cfg: Any, train_fn: Callable[[Any], Any], step_timeout_s: float
+    ) -> None:
         self._cfg = queue_cfg
+        self._step_timeout = step_timeout_s
         self._train_fn = train_fn
         self._cond = threading.Condition()
         # Everything below is read and written under self._cond only.
@@ -81,8 +87,9 @@ class StepChannel:
         #: What the trainer is doing right now, for error messages.
         self.trainer_state = "starting"
         self._producer_state = "starting"
-        self._thread = threading.Thread(target=self._run, name="art-hydra-trainer", daemon=True)
-        self._thread.start()
+        #: The bounded work the producer declared it is doing (None: none).
+        self._producer_phase: str | None = None
+        self._thread = workers.start(self._run, "trainer")
 
     # -- trainer side -------------------------------------------------------------
     def _run(self) -> None:
@@ -106,7 +113,8 @@ class StepChannel:
                 self._cond.notify_all()
 
     def _next_input(self) -> Any:
-        """The next input, waiting at most ``queue.input_timeout_s`` for it."""
+        """The next input, waiting at most ``queue.input_timeout_s`` for it, not counting
+        the time the producer spends in a declared phase (bounded by its own timeout)."""
         timeout = self._cfg.input_timeout_s
         with self._cond:
             number = self._taken + 1
@@ -118,11 +126,16 @@ class StepChannel:
                 while not self._inputs:
                     if self._stopping:
                         raise _Stopped
+                    if self._producer_phase is not None:
+                        self._cond.wait()  # the phase has its own bound; it notifies at its end
+                        deadline = time.monotonic() + timeout
+                        continue
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise StallError(
                             f"the trainer waited {timeout:g}s (queue.input_timeout_s) for input "
-                            f"#{number}; the producer is {self._producer_state}"
+                            f"#{number} while the producer was {self._producer_state}, outside "
+                            "any bounded work of its own"
                         )
                     self._cond.wait(remaining)
                 if self._stopping:
@@ -137,10 +150,25 @@ class StepChannel:
             return item
 
     # -- producer side ------------------------------------------------------------
+    @contextlib.contextmanager
+    def producer_phase(self, what: str) -> Iterator[None]:
+        """Declare bounded producer work (``what``, for messages): the trainer's wait for
+        an input does not run out while it lasts; its own timeout bounds it."""
+        with self._cond:
+            self._producer_phase = what
+            self._producer_state = what
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._producer_phase = None
+                self._producer_state = f"done {what}"
+                self._cond.notify_all()
+
     def put(self, item: Any) -> None:
-        """Hand one input to the trainer (waits for room, bounded by
-        ``queue.result_timeout_s``)."""
-        timeout = self._cfg.result_timeout_s
+        """Hand one input to the trainer (waits for room while the trainer finishes its
+        step, bounded by ``timeouts.step_s``)."""
+        timeout = self._step_timeout
         with self._cond:
             self._producer_state = "putting an input"
             deadline = time.monotonic() + timeout
@@ -149,8 +177,8 @@ class StepChannel:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise StallError(
-                        f"the producer waited {timeout:g}s to put an input on a full queue; "
-                        f"the trainer is {self.trainer_state}"
+                        f"the producer waited {timeout:g}s (timeouts.step_s) to put an input on "
+                        f"a full queue; the trainer is {self.trainer_state}"
                     )
                 self._cond.wait(min(remaining, POLL_S))
             self._raise_if_trainer_failed()
@@ -161,8 +189,8 @@ class StepChannel:
     def result(self, step: int) -> Any:
         """Wait for the result of optimizer step ``step``: raises :class:`DeadlockError`
         as soon as the trainer waits for an input that nothing will send, and
-        :class:`StallError` after ``queue.result_timeout_s``."""
-        timeout = self._cfg.result_timeout_s
+        :class:`StallError` after ``timeouts.step_s``."""
+        timeout = self._step_timeout
         with self._cond:
             self._producer_state = f"waiting for the result of step {step}"
             deadline = time.monotonic() + timeout
@@ -173,8 +201,8 @@ class StepChannel:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise StallError(
-                        f"the producer waited {timeout:g}s (queue.result_timeout_s) for the "
-                        f"result of step {step}; the trainer is {self.trainer_state}"
+                        f"optimizer step {step} did not finish within {timeout:g}s "
+                        f"(timeouts.step_s); the trainer is {self.trainer_state}"
                     )
                 self._cond.wait(min(remaining, POLL_S))
             self._producer_state = "producing the next input"
@@ -207,19 +235,20 @@ class StepChannel:
     def close(self) -> bool:
         """Stop the trainer thread and wait for it (idempotent); True once it has ended.
 
-        The trainer checks for the stop between inputs, so the wait is bounded by the step
-        in progress, and by ``queue.result_timeout_s`` at most.
+        The trainer checks for the stop between inputs, so the wait is the rest of the
+        step in progress, at most :data:`CLOSE_GRACE_S` (a step that overran its bound has
+        already been waited for).
         """
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        self._thread.join(self._cfg.result_timeout_s)
+        self._thread.join(CLOSE_GRACE_S)
         if self._thread.is_alive():
             log.warning(
                 "the trainer thread is still %s after %gs; it is a daemon and ends with the "
                 "process",
                 self.trainer_state,
-                self._cfg.result_timeout_s,
+                CLOSE_GRACE_S,
             )
         return not self._thread.is_alive()
 

@@ -9,6 +9,7 @@ imported here, inside the function, never on the compose/validate path.
 from __future__ import annotations
 
 import logging
+import shlex
 import time
 from datetime import datetime
 from pathlib import Path
@@ -20,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from art_hydra.config.composition import validate
 from art_hydra.config.problems import ConfigValidationError, errors
 from art_hydra.config.schema import AlgorithmName
+from art_hydra.errors import Interrupted, WriteError
 
 log = logging.getLogger("art_hydra")
 
@@ -87,7 +89,9 @@ def build_trainer_and_producer(cfg: DictConfig) -> tuple[Any, Any]:
     # One settings object for rollouts and training logprobs: they must never differ.
     sampling = SamplingSettings.from_config(cfg.rl, suppressed_ids(loaded.tokenizer))
     trainer = Trainer(loaded, cfg.trainer, Objective.for_rl(cfg.rl, sampling))
-    producer = RLProducer(loaded, task, cfg.rl, cfg.producer, sampling, batch, capacity, cfg.seed)
+    producer = RLProducer(
+        loaded, task, cfg.rl, cfg.producer, cfg.timeouts, sampling, batch, capacity, cfg.seed
+    )
     return trainer, producer
 
 
@@ -95,8 +99,29 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
     """The run itself, for a config that :func:`train` has validated.
 
     Public only so tests can drive a configuration the validators would reject (the
-    RL accumulation deadlock) and show that the queue's timeouts still end it.
+    RL accumulation deadlock) and show that the channel still ends it.
     """
+    run_dir = Path(run_dir) if run_dir is not None else default_run_dir()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    from art_hydra.interrupts import stop_on_signals
+    from art_hydra.run_folder import FolderInUse, RunLock
+
+    lock = RunLock(run_dir)
+    try:
+        lock.acquire()
+    except FolderInUse as exc:
+        raise ResumeError(
+            f"the run folder {run_dir} is in use by {exc}; one run per folder. Wait for it, "
+            "or choose another folder (hydra.run.dir=...)"
+        ) from None
+    try:
+        with stop_on_signals() as stop:
+            return _train_locked(cfg, run_dir, stop)
+    finally:
+        lock.release()
+
+
+def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any) -> dict[str, Any]:
     # ---- setup -----------------------------------------------------------------------
     import random
 
@@ -112,22 +137,23 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
     from art_hydra.queue import StepChannel
 
     hf_logging.disable_progress_bar()  # our own bar, and quiet logs
-    run_dir = Path(run_dir) if run_dir is not None else default_run_dir()
-    run_dir.mkdir(parents=True, exist_ok=True)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     is_rl = cfg.algorithm.name == AlgorithmName.rl
     trainer, producer = build_trainer_and_producer(cfg)
-    checkpoints = Checkpointer(run_dir, cfg.checkpoint)
+    components = {"trainer": trainer, "producer": producer}
+    checkpoints = Checkpointer(run_dir, cfg.checkpoint, cfg.timeouts.checkpoint_s)
     start_step = 0
     if cfg.resume:
-        latest = checkpoints.latest()
+        latest, skipped = checkpoints.latest()
+        for reason in skipped:
+            log.warning("skipped a checkpoint that does not verify: %s", reason)
         if latest is None:
             raise ResumeError(
-                f"resume=true but {checkpoints.root} holds no complete checkpoint; point "
+                f"resume=true but {checkpoints.root} holds no intact checkpoint; point "
                 "hydra.run.dir at the run to resume, or drop resume=true"
             )
-        start_step = checkpoints.load(latest, trainer, producer)["step"]
+        start_step = checkpoints.load(latest, components, trainer.loaded)
         log.info("resumed from %s (step %d)", latest, start_step)
         saved = run_folder.saved_config(run_dir)
         changed = run_folder.differences(saved, cfg) if saved is not None else []
@@ -136,19 +162,28 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
     metrics = MetricsLog(
         run_dir, cfg.logging, cfg.trainer.max_steps, resume_step=start_step if cfg.resume else None
     )
-    channel = StepChannel(cfg.queue, trainer.train_micro)
+    channel = StepChannel(cfg.queue, trainer.train_micro, cfg.timeouts.step_s)
     last: dict[str, Any] = {}
+    saved_step = start_step if cfg.resume else None
+
+    def save(step: int) -> None:
+        with channel.producer_phase(f"writing checkpoint step {step}"):
+            checkpoints.save(step, components, trainer.loaded)
 
     # ---- loop ------------------------------------------------------------------------
     try:
         if cfg.trainer.warmup_pass and start_step == 0:
-            first = producer.make_inputs()[0]
+            with channel.producer_phase("making the warmup input"):
+                first = producer.make_inputs()[0]
             first.warmup = True
             channel.put(first)
             channel.result(step=0)
         for step in range(start_step + 1, cfg.trainer.max_steps + 1):
+            if stop.requested:
+                break
             started = time.perf_counter()
-            inputs = producer.make_inputs()
+            with channel.producer_phase(f"making the inputs of step {step}"):
+                inputs = producer.make_inputs()
             for item in inputs:
                 channel.put(item)
             result = channel.result(step)
@@ -169,14 +204,26 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
                 "tokens_per_s": result.trained_tokens / elapsed,
                 "step_time_s": elapsed,
             }
-            metrics.log(last)
-            metrics.log_samples(step, inputs[0].samples)
-            if checkpoints.due(step, cfg.trainer.max_steps):
-                checkpoints.save(step, trainer, producer, {"metrics": last})
+            try:
+                metrics.log(last)
+                metrics.log_samples(step, inputs[0].samples)
+            except OSError as exc:
+                raise WriteError(
+                    f"writing the run's record failed at step {step}: {exc}. "
+                    + _resume_hint(run_dir, saved_step)
+                ) from exc
+            if checkpoints.due(step, cfg.trainer.max_steps) or stop.requested:
+                save(step)
+                saved_step = step
+        if stop.requested and trainer.step > 0 and saved_step != trainer.step:
+            save(trainer.step)  # the signal came between the step's check and the next
+            saved_step = trainer.step
     # ---- cleanup ---------------------------------------------------------------------
     finally:
         channel.close()
         metrics.close()
+    if stop.requested:
+        raise Interrupted(_stopped_message(cfg, run_dir, stop.name, saved_step), stop.exit_code)
     plot = (
         plot_curve(
             run_dir, "reward_mean" if is_rl else "loss", "reward.png" if is_rl else "loss.png"
@@ -194,3 +241,41 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
         shown = f"reward {last['reward_mean']:.3f}" if is_rl else f"loss {last['loss']:.4f}"
         print(f"art_hydra: {trainer.step} steps, final {shown}; outputs in {run_dir}")
     return summary
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command that resumes this run: the job's own overrides (inside a Hydra job),
+    with ``resume=true`` and the run folder."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return f"train(cfg with resume=true, run_dir={str(run_dir)!r})"
+    overrides = [
+        o
+        for o in HydraConfig.get().overrides.task
+        if not o.lstrip("+~").startswith(("resume=", "hydra.run.dir="))
+    ]
+    parts = ["art-hydra", *overrides, "resume=true", f"hydra.run.dir={run_dir.resolve()}"]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def _resume_hint(run_dir: Path, saved: int | None) -> str:
+    if saved is None:
+        return "No checkpoint was written yet; start again once the disk has room."
+    return (
+        f"Checkpoint step-{saved:06d} is intact; once the disk has room, resume with:\n"
+        f"  {resume_command(run_dir)}"
+    )
+
+
+def _stopped_message(cfg: DictConfig, run_dir: Path, signal_name: str, saved: int | None) -> str:
+    if saved is None:
+        return (
+            f"art_hydra stopped by {signal_name} before its first optimizer step finished; "
+            f"there is nothing to resume. Start again to train (outputs in {run_dir})."
+        )
+    return (
+        f"art_hydra stopped by {signal_name} after step {saved} of {cfg.trainer.max_steps}; "
+        f"checkpoint step-{saved:06d} holds it and the metrics are flushed. Resume with:\n"
+        f"  {resume_command(run_dir)}"
+    )

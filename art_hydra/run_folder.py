@@ -1,18 +1,26 @@
-"""The run folder's state: whether it holds a run, its checkpoints, its saved config.
+"""The run folder's state: whether it holds a run, its lock, its checkpoints, its config.
 
 A run folder belongs to one run. ``run_config.yaml`` records the resolved config the run
 was started with: it is the reference a resume is compared with, so continuing a run
 means continuing the same run (only the keys in :data:`MAY_CHANGE_ON_RESUME` may
-differ, and each accepted change is recorded in ``resumes.jsonl``). Everything here is
-plain files, no torch, so the CLI can check a folder before Hydra creates anything.
+differ, and each accepted change is recorded in ``resumes.jsonl``). While a run trains
+it holds an exclusive lock on ``run.lock`` (``flock``: released by the kernel on any
+exit, kill -9 included; the file names the holder's pid and host). Each checkpoint
+carries a manifest of its files' SHA-256 sums; only a checkpoint whose manifest verifies
+is resumed from, and checkpoints are ordered by step number, not by name. Everything
+here is plain files, no torch, so the CLI can check a folder before Hydra creates it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import fnmatch
+import hashlib
 import json
 import os
 import re
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +32,9 @@ RUN_CONFIG = "run_config.yaml"
 #: One line per accepted resume: when, from which step, what changed.
 RESUMES = "resumes.jsonl"
 METRICS = "metrics.jsonl"
+LOCK = "run.lock"
+#: A checkpoint's list of its files and their SHA-256 sums, written last.
+MANIFEST = "manifest.json"
 #: A checkpoint folder is ``step-<n>`` (n >= 0, at least 6 digits).
 CHECKPOINT_PREFIX = "step-"
 STATE_FILE = Path("trainer_state") / "state.json"
@@ -38,6 +49,7 @@ MAY_CHANGE_ON_RESUME = (
     "checkpoint.keep_last",
     "logging.*",
     "queue.*",
+    "timeouts.*",
     "producer.log_completions",
     "resume",
     "dry_run",
@@ -56,13 +68,138 @@ def checkpoint_step(path: Path) -> int | None:
 
 
 def checkpoint_folders(root: Path) -> list[Path]:
-    """Checkpoint folders with a state file, oldest first, ordered by step number."""
+    """Checkpoint folders with a manifest (written last, so the write completed), oldest
+    first, ordered by step number (``step-1000000`` comes after ``step-999999``)."""
     if not root.is_dir():
         return []
     found = [
-        p for p in root.iterdir() if checkpoint_step(p) is not None and (p / STATE_FILE).is_file()
+        p for p in root.iterdir() if checkpoint_step(p) is not None and (p / MANIFEST).is_file()
     ]
     return sorted(found, key=lambda p: checkpoint_step(p) or 0)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_manifest(folder: Path, step: int) -> None:
+    """Record every file of a checkpoint being written, with its SHA-256 sum."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+    sums = {str(p.relative_to(folder)): _sha256(p) for p in files}
+    (folder / MANIFEST).write_text(json.dumps({"step": step, "sha256": sums}, indent=1))
+
+
+def verify(folder: Path) -> str | None:
+    """Why a checkpoint cannot be trusted (None: every file is there with its sum)."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        sums = manifest["sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"{folder / MANIFEST} cannot be read: {exc}"
+    for name, expected in sums.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{path} is missing"
+        if _sha256(path) != expected:
+            return f"{path} does not match its checksum (corrupted or truncated)"
+    return None
+
+
+def latest_intact(root: Path) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint whose manifest verifies, and why each newer one was skipped."""
+    skipped: list[str] = []
+    for folder in reversed(checkpoint_folders(root)):
+        reason = verify(folder)
+        if reason is None:
+            return folder, skipped
+        skipped.append(reason)
+    return None, skipped
+
+
+class FolderInUse(RuntimeError):
+    """Another live process holds the run folder's lock."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lock_holder(run_dir: Path) -> dict[str, Any] | None:
+    """Who holds the run folder's lock (pid, host, started), or None when it is free.
+
+    ``flock`` is released by the kernel when its holder dies, so a lock left by a dead
+    process is free; a holder recorded on this host whose pid no longer exists (a
+    filesystem that emulates locks badly) counts as dead too."""
+    path = run_dir / LOCK
+    if not path.is_file():
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            holder = json.loads(path.read_text() or "{}")
+        except ValueError:
+            holder = {}
+        if holder.get("host") == socket.gethostname() and not _alive(int(holder.get("pid", 0))):
+            return None
+        return holder
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+class RunLock:
+    """The run folder's exclusive lock, held while a run trains."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / LOCK
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise FolderInUse(describe_holder(lock_holder(self.path.parent))) from None
+        os.ftruncate(fd, 0)
+        owner = {"pid": os.getpid(), "host": socket.gethostname(), "started": _now()}
+        os.write(fd, json.dumps(owner).encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        """Release the lock (the file stays: unlinking it could split a later lock)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def describe_holder(holder: dict[str, Any] | None) -> str:
+    if not holder:
+        return "another process"
+    return (
+        f"process {holder.get('pid', '?')} on host {holder.get('host', '?')} "
+        f"(since {holder.get('started', '?')})"
+    )
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def holds_run(run_dir: Path, checkpoint_dir: str) -> bool:
@@ -124,7 +261,7 @@ def write_run_config(run_dir: Path, cfg: DictConfig) -> None:
 def record_resume(run_dir: Path, step: int, changed: list[tuple[str, Any, Any]]) -> None:
     """Append what an accepted resume changed, then make its config the reference."""
     entry = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "time": _now(),
         "from_step": step,
         "changed": {key: [old, new] for key, old, new in changed if key not in _SWITCHES},
     }

@@ -126,6 +126,31 @@ def build_optimizer(model: Any, trainer_cfg: Any) -> tuple[Any, Any]:
     return optimizer, scheduler
 
 
+def optimizer_to_safetensors(optimizer: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Split an optimizer state dict into tensors (safetensors) and plain values (JSON)."""
+    state = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    plain: dict[str, Any] = {"param_groups": state["param_groups"], "state": {}}
+    for index, values in state["state"].items():
+        plain["state"][str(index)] = {}
+        for key, value in values.items():
+            if torch.is_tensor(value):
+                tensors[f"{index}.{key}"] = value.detach().contiguous().cpu()
+            else:
+                plain["state"][str(index)][key] = value
+    return tensors, plain
+
+
+def optimizer_from_safetensors(
+    optimizer: Any, tensors: dict[str, torch.Tensor], plain: dict[str, Any]
+) -> None:
+    state: dict[int, dict[str, Any]] = {int(i): dict(v) for i, v in plain["state"].items()}
+    for name, tensor in tensors.items():
+        index, key = name.split(".", 1)
+        state.setdefault(int(index), {})[key] = tensor
+    optimizer.load_state_dict({"state": state, "param_groups": plain["param_groups"]})
+
+
 class Trainer:
     """Owns the optimizer; :meth:`train_micro` is what the queue's thread runs."""
 
@@ -143,6 +168,24 @@ class Trainer:
         self.step = 0
         self._micro = 0
         self._acc: dict[str, float] = {}
+
+    def state_dict(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Optimizer moments (tensors); step, schedule and loss scaler (JSON-able)."""
+        tensors, optimizer = optimizer_to_safetensors(self.optimizer)
+        plain = {
+            "step": self.step,
+            "optimizer": optimizer,
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+        }
+        return tensors, plain
+
+    def load_state_dict(self, tensors: dict[str, torch.Tensor], plain: dict[str, Any]) -> None:
+        optimizer_from_safetensors(self.optimizer, tensors, plain["optimizer"])
+        self.scheduler.load_state_dict(plain["scheduler"])
+        if self.scaler is not None and plain["scaler"]:
+            self.scaler.load_state_dict(plain["scaler"])
+        self.step = plain["step"]
 
     def _build_reference(self) -> Any:
         """The frozen reference policy: the base model under the adapters, or a copy."""

@@ -35,7 +35,7 @@ def main() -> None:
     trainer, producer = build_trainer_and_producer(cfg)
 
     # Whole RL steps: rollouts + train, through the queue as a run does it.
-    channel = StepChannel(cfg.queue, trainer.train_micro)
+    channel = StepChannel(cfg.queue, trainer.train_micro, cfg.timeouts.step_s)
     step_times, tokens, shares, inputs = [], [], [], []
     for step in range(1, args.steps + 1):
         start = time.perf_counter()
@@ -63,7 +63,7 @@ def main() -> None:
     channel.close()
 
     # The protocol alone: round trips through a channel whose trainer does nothing.
-    echo = StepChannel(cfg.queue, lambda item: item)
+    echo = StepChannel(cfg.queue, lambda item: item, cfg.timeouts.step_s)
     trips = []
     for i in range(500):
         start = time.perf_counter()

@@ -90,7 +90,7 @@ def one_side(folder: str, backend: str, steps: int) -> dict[str, float]:
 
     trainer, producer = build_trainer_and_producer(cfg)
     cuda = trainer.loaded.device.type == "cuda"
-    channel = StepChannel(cfg.queue, trainer.train_micro)
+    channel = StepChannel(cfg.queue, trainer.train_micro, cfg.timeouts.step_s)
     times, tokens = [], []
     try:
         for step in range(1, steps + 1):

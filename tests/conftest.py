@@ -45,3 +45,35 @@ def cli(tmp_path: Path) -> CliRunner:
 
 def output_of(proc: subprocess.CompletedProcess) -> str:
     return proc.stdout + proc.stderr
+
+
+def start_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start ``art-hydra ARGS`` in its own session, so signals reach it as they would
+    from a terminal (a background job started by a non-interactive shell ignores
+    SIGINT, and Python keeps it ignored)."""
+    full_env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    full_env.update(env or {})
+    return subprocess.Popen(
+        [ART_HYDRA, *args],
+        cwd=cwd,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def wait_for_steps(run_dir: Path, steps: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Wait until the run has logged ``steps`` steps (its metrics file has the lines)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    metrics = run_dir / "metrics.jsonl"
+    while time.monotonic() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= steps:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended early:\n{proc.communicate()[1]}")
+        time.sleep(0.02)
+    raise AssertionError(f"no {steps} steps within {timeout}s")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from art_hydra.backends.layout import row_layout
@@ -31,6 +32,40 @@ class LoadedModel:
     #: Mixed precision: the training forward runs under autocast to this dtype, with
     #: loss scaling, over float32 weights (None: train in the weights' own dtype).
     autocast: Any = None
+
+    def save_weights(self, folder: Path) -> None:
+        """The trained weights as a standard folder (PEFT adapters, or a full model), and
+        the tokenizer, all safetensors."""
+        if self.is_peft:
+            from art_hydra.backends.adapters import save_adapters
+
+            save_adapters(self.model, folder)
+        else:
+            self.model.save_pretrained(folder, safe_serialization=True)
+        self.tokenizer.save_pretrained(folder)
+
+    def load_weights(self, folder: Path) -> None:
+        """Load weights written by :meth:`save_weights` into this (same-shaped) model."""
+        from safetensors.torch import load_file
+
+        device = str(self.device)
+        if self.is_peft:
+            from art_hydra.backends.adapters import load_adapters
+
+            weights = load_file(folder / "adapter_model.safetensors", device=device)
+            unexpected = load_adapters(self.model, weights)
+            if unexpected:
+                raise RuntimeError(f"{folder} does not match the adapters: {unexpected[:5]}")
+            return
+        weights = {}
+        for shard in sorted(folder.glob("*.safetensors")):
+            weights.update(load_file(shard, device=device))
+        missing, unexpected = self.model.load_state_dict(weights, strict=False)
+        if unexpected or [m for m in missing if not m.endswith("lm_head.weight")]:
+            raise RuntimeError(
+                f"{folder} does not match the model: missing {missing[:5]}, "
+                f"unexpected {unexpected[:5]}"
+            )
 
 
 def resolve_device(device: Device) -> Any:
@@ -87,6 +122,7 @@ def load_base(model_cfg: Any, seed: int, charset: str | None = None) -> tuple[An
         revision=model_cfg.revision,
         trust_remote_code=model_cfg.trust_remote_code,
         dtype=torch_dtype(model_cfg.dtype),
+        use_safetensors=True,  # never unpickle weights (a pickle can run any code)
     )
     return model, tokenizer
 

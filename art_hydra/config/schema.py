@@ -294,21 +294,38 @@ class ProducerConfig:
 
 
 _TIMEOUT_WHY = (
-    "every wait on the queue is bounded, so a stalled side raises an error instead of "
+    "every wait is bounded, so stuck work stops the run with an error naming it instead of "
     "hanging, and a thread wait accepts at most threading.TIMEOUT_MAX seconds."
 )
 
 
+def _timeout(default: float) -> Any:
+    return bounded(default, gt=0, le=WAIT_MAX_S, float32=False, why=_TIMEOUT_WHY)
+
+
 @dataclass
 class QueueConfig:
-    """The producer <-> trainer channel; every wait on it is bounded by these timeouts."""
+    """The producer <-> trainer channel; deadlocks on it are detected at once."""
 
-    # Seconds the producer waits for one optimizer-step result before raising a stall error.
-    result_timeout_s: float = bounded(600.0, gt=0, le=WAIT_MAX_S, float32=False, why=_TIMEOUT_WHY)
-    # Seconds the trainer waits for the next input before raising a stall error.
-    input_timeout_s: float = bounded(600.0, gt=0, le=WAIT_MAX_S, float32=False, why=_TIMEOUT_WHY)
+    # Seconds the trainer waits for its next input while the producer is in none of its
+    # bounded phases (sampling, scoring, checkpointing each have their own bound).
+    input_timeout_s: float = _timeout(600.0)
     # Inputs that may wait on the queue; 1 keeps training on-policy.
     maxsize: int = bounded(1, ge=1)
+
+
+@dataclass
+class TimeoutsConfig:
+    """A bound for each kind of work, so stuck work stops the run naming what overran."""
+
+    # Seconds to sample one generation batch of rollouts.
+    rollout_s: float = _timeout(1800.0)
+    # Seconds to score one generation batch with the reward function.
+    reward_s: float = _timeout(600.0)
+    # Seconds for one optimizer step (the producer's wait for its result).
+    step_s: float = _timeout(1800.0)
+    # Seconds to write one checkpoint.
+    checkpoint_s: float = _timeout(1800.0)
 
 
 @dataclass
@@ -391,6 +408,8 @@ class RunConfig:
     producer: ProducerConfig = field(default_factory=ProducerConfig)
     # Producer <-> trainer queue.
     queue: QueueConfig = field(default_factory=QueueConfig)
+    # Bounds on rollouts, rewards, optimizer steps and checkpoint writes.
+    timeouts: TimeoutsConfig = field(default_factory=TimeoutsConfig)
     # Training data and reward.
     task: TaskConfig = field(default_factory=TaskConfig)
     # Checkpointing.

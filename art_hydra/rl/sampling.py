@@ -17,10 +17,13 @@ logprob on every side.
 from __future__ import annotations
 
 import inspect
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from art_hydra.errors import StallError
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,21 @@ def _cache_argument(model: Any) -> str:
     )
 
 
+class _Bound:
+    """The rollout deadline, checked between decoding steps."""
+
+    def __init__(self, timeout_s: float | None) -> None:
+        self.timeout_s = timeout_s
+        self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def check(self, generated: int, wanted: int) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise StallError(
+                f"sampling the generation batch did not finish within {self.timeout_s:g}s "
+                f"(timeouts.rollout_s); it stood at {generated} of {wanted} new tokens."
+            )
+
+
 @torch.no_grad()
 def sample(
     model: Any,
@@ -112,8 +130,10 @@ def sample(
     pad_id: int,
     generator: torch.Generator,
     left_padding: bool = True,
+    timeout_s: float | None = None,
 ) -> tuple[list[list[int]], list[list[float]]]:
-    """Sample one completion per prompt (KV cache).
+    """Sample one completion per prompt (KV cache), within ``timeout_s`` seconds
+    (``timeouts.rollout_s``; checked after every decoding step).
 
     Returns the completion tokens (ending with the stop token when the model stopped)
     and the logprob of each under :func:`logprob_logits` (drawn with top-k/top-p).
@@ -122,8 +142,11 @@ def sample(
     explicit positions. Without it (models whose convolutional or recurrent layers would
     run through the padding), prompts are batched by length, which needs no padding.
     """
+    bound = _Bound(timeout_s)
     if left_padding or len({len(p) for p in prompts}) == 1:
-        return _sample_batch(model, prompts, max_new_tokens, settings, stop_ids, pad_id, generator)
+        return _sample_batch(
+            model, prompts, max_new_tokens, settings, stop_ids, pad_id, generator, bound
+        )
     by_length: dict[int, list[int]] = {}
     for index, prompt in enumerate(prompts):
         by_length.setdefault(len(prompt), []).append(index)
@@ -132,7 +155,7 @@ def sample(
     for indices in by_length.values():
         group = [prompts[i] for i in indices]
         tokens, values = _sample_batch(
-            model, group, max_new_tokens, settings, stop_ids, pad_id, generator
+            model, group, max_new_tokens, settings, stop_ids, pad_id, generator, bound
         )
         for i, row_tokens, row_values in zip(indices, tokens, values, strict=True):
             completions[i], logprobs[i] = row_tokens, row_values
@@ -147,6 +170,7 @@ def _sample_batch(
     stop_ids: tuple[int, ...],
     pad_id: int,
     generator: torch.Generator,
+    bound: _Bound,
 ) -> tuple[list[list[int]], list[list[float]]]:
     """One batch of prompts, left-padded to the longest (see :func:`sample`)."""
     device = next(model.parameters()).device
@@ -166,7 +190,8 @@ def _sample_batch(
     tokens: list[torch.Tensor] = []
     logprobs: list[torch.Tensor] = []
     position = positions[:, -1:]
-    for _ in range(max_new_tokens):
+    for generated in range(max_new_tokens):
+        bound.check(generated, max_new_tokens)
         logp = torch.log_softmax(logprob_logits(logits, settings), dim=-1)
         draw = (
             torch.log_softmax(process_logits(logits, settings), -1) if settings.truncates else logp

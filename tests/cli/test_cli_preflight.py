@@ -10,7 +10,7 @@ import pytest
 from conftest import output_of
 
 from art_hydra import compose
-from art_hydra.run_folder import write_run_config
+from art_hydra.run_folder import write_manifest, write_run_config
 
 HINT = "HYDRA_FULL_ERROR"
 
@@ -81,6 +81,7 @@ def test_a_refused_resume_changes_no_file(cli, tmp_path: Path) -> None:
     state = run / "checkpoints" / "step-000004" / "trainer_state"
     state.mkdir(parents=True)
     (state / "state.json").write_text(json.dumps({"step": 4}))
+    write_manifest(state.parent, 4)
     (run / ".hydra").mkdir()
     (run / ".hydra" / "config.yaml").write_text("original: true\n")
     before = _snapshot(run)

@@ -93,10 +93,10 @@ CASES = [
     (["model.tiny.num_heads=3"], "model.tiny.num_heads", "even size", ["model.tiny.num_heads=8"]),
     (["model.tiny.num_heads=64"], "model.tiny.num_heads", "even size", ["model.tiny.num_heads=16"]),
     (
-        ["queue.result_timeout_s=0"],
-        "queue.result_timeout_s",
+        ["timeouts.step_s=0"],
+        "timeouts.step_s",
         "bounded",
-        ["queue.result_timeout_s=0.5"],
+        ["timeouts.step_s=0.5"],
     ),
     (
         ["queue.input_timeout_s=inf"],

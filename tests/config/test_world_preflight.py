@@ -12,7 +12,7 @@ import pytest
 
 from art_hydra import ConfigValidationError, Kind, compose
 from art_hydra.preflight import cuda_present, world_problems
-from art_hydra.run_folder import write_run_config
+from art_hydra.run_folder import write_manifest, write_run_config
 
 
 def _world(overrides: list[str], run_dir: Path | None = None) -> dict[str, list]:
@@ -242,6 +242,7 @@ def _finished_run(run_dir: Path, overrides: list[str]) -> None:
     state = run_dir / "checkpoints" / "step-000002" / "trainer_state"
     state.mkdir(parents=True)
     (state / "state.json").write_text("{}")
+    write_manifest(state.parent, 2)
 
 
 def test_run_folder_states(tmp_path: Path) -> None:

@@ -31,7 +31,8 @@ def test_lora_checkpoint_loads_with_stock_peft(tmp_path: Path) -> None:
     ckpt = tmp_path / "checkpoints" / "step-000002"
     assert (ckpt / "adapter_model.safetensors").is_file()
     assert (ckpt / "adapter_config.json").is_file()
-    assert (ckpt / "trainer_state" / "optimizer.safetensors").is_file()
+    assert (ckpt / "trainer_state" / "trainer.safetensors").is_file()  # optimizer moments
+    assert (ckpt / "manifest.json").is_file()
     assert not list((tmp_path / "checkpoints").glob(".tmp-*"))  # atomic: no leftovers
     assert not list(tmp_path.rglob("*.bin")) and not list(tmp_path.rglob("*.pt"))
 
@@ -68,7 +69,7 @@ def test_keep_last_prunes_old_checkpoints(tmp_path: Path) -> None:
         ),
         run_dir=tmp_path,
     )
-    names = [p.name for p in Checkpointer(tmp_path, compose(QUICK).checkpoint).complete()]
+    names = [p.name for p in Checkpointer(tmp_path, compose(QUICK).checkpoint, 60).complete()]
     assert names == ["step-000005", "step-000006"]
 
 

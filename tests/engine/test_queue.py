@@ -16,12 +16,14 @@ from art_hydra.queue import DeadlockError, StallError, StepChannel, TrainerError
 from art_hydra.run import run_validated
 
 
-def _queue_cfg(timeout: float) -> SimpleNamespace:
-    return SimpleNamespace(result_timeout_s=timeout, input_timeout_s=timeout, maxsize=1)
+def _channel(timeout: float, train_fn: Callable, input_timeout: float | None = None) -> StepChannel:
+    """A channel whose step and input waits are bounded by ``timeout`` seconds."""
+    cfg = SimpleNamespace(input_timeout_s=input_timeout or timeout, maxsize=1)
+    return StepChannel(cfg, train_fn, step_timeout_s=timeout)
 
 
 def test_one_result_per_step_and_clean_close() -> None:
-    channel = StepChannel(_queue_cfg(5), lambda item: item * 10)
+    channel = _channel(5, lambda item: item * 10)
     for step in range(1, 4):
         channel.put(step)
         assert channel.result(step) == step * 10
@@ -33,7 +35,7 @@ def test_trainer_exception_reaches_producer_within_a_second() -> None:
     def explode(item: int) -> None:
         raise ValueError(f"bad input {item}")
 
-    channel = StepChannel(_queue_cfg(30), explode)
+    channel = _channel(30, explode)
     channel.put(7)
     started = time.monotonic()
     with pytest.raises(TrainerError) as info:
@@ -51,7 +53,7 @@ def test_a_stuck_step_ends_in_a_stall_error_naming_both_sides() -> None:
         release.wait(10)
         return item
 
-    channel = StepChannel(_queue_cfg(0.3), stuck)
+    channel = _channel(0.3, stuck)
     channel.put(1)
     started = time.monotonic()
     with pytest.raises(StallError) as info:
@@ -59,15 +61,14 @@ def test_a_stuck_step_ends_in_a_stall_error_naming_both_sides() -> None:
     assert time.monotonic() - started < 2.0
     assert not isinstance(info.value, DeadlockError)  # the trainer was busy, not waiting
     message = str(info.value)
-    assert "waited 0.3s" in message and "result of step 1" in message
+    assert "step 1 did not finish within 0.3s (timeouts.step_s)" in message
     assert "the trainer is training on input #1" in message
     release.set()
     assert channel.close()
 
 
 def test_a_producer_that_never_puts_ends_in_the_trainers_stall_error() -> None:
-    cfg = SimpleNamespace(result_timeout_s=5, input_timeout_s=0.2, maxsize=1)
-    channel = StepChannel(cfg, lambda item: item)
+    channel = _channel(5, lambda item: item, input_timeout=0.2)
     time.sleep(0.5)  # the producer is busy elsewhere for longer than input_timeout_s
     with pytest.raises(StallError, match=r"the trainer waited 0.2s .* for input #1"):
         channel.put(1)
@@ -88,7 +89,7 @@ def _accumulating(every: int, delay_s: float = 0.0) -> Callable[[int], int | Non
 
 def test_a_mutual_wait_is_a_deadlock_at_once_naming_both_waits() -> None:
     """Accumulation 2 with one input per step, under the default 600 s timeouts."""
-    channel = StepChannel(_queue_cfg(600), _accumulating(2))
+    channel = _channel(600, _accumulating(2))
     channel.put(1)
     started = time.monotonic()
     with pytest.raises(DeadlockError) as info:
@@ -103,7 +104,7 @@ def test_a_mutual_wait_is_a_deadlock_at_once_naming_both_waits() -> None:
 
 def test_no_deadlock_when_the_producer_is_merely_slow() -> None:
     """The trainer waits for input #2 while the producer is still making it."""
-    channel = StepChannel(_queue_cfg(600), _accumulating(2))
+    channel = _channel(600, _accumulating(2))
     for step in (1, 2):
         channel.put(2 * step - 1)
         time.sleep(0.2)  # the trainer now waits for the next input; the producer works
@@ -113,7 +114,7 @@ def test_no_deadlock_when_the_producer_is_merely_slow() -> None:
 
 
 def test_no_deadlock_when_the_trainer_is_merely_slow() -> None:
-    channel = StepChannel(_queue_cfg(600), _accumulating(1, delay_s=0.2))
+    channel = _channel(600, _accumulating(1, delay_s=0.2))
     for step in (1, 2):
         channel.put(step)
         assert channel.result(step) == step  # waits while the trainer is busy
@@ -122,7 +123,7 @@ def test_no_deadlock_when_the_trainer_is_merely_slow() -> None:
 
 def test_sft_accumulation_of_four_through_a_queue_of_one() -> None:
     """The producer puts four micro-batches (waiting for room) and only then waits."""
-    channel = StepChannel(_queue_cfg(600), _accumulating(4, delay_s=0.01))
+    channel = _channel(600, _accumulating(4, delay_s=0.01))
     for step in range(1, 6):
         for micro in range(4):
             channel.put(4 * (step - 1) + micro)
@@ -137,7 +138,7 @@ def test_the_warmup_pass_then_steps() -> None:
         return "warm" if item == "warmup" else train_steps(item)
 
     train_steps = _accumulating(2)
-    channel = StepChannel(_queue_cfg(600), train)
+    channel = _channel(600, train)
     channel.put("warmup")
     assert channel.result(0) == "warm"
     channel.put(1)
@@ -148,16 +149,29 @@ def test_the_warmup_pass_then_steps() -> None:
 
 def test_the_deadlock_itself_ends_in_a_stall_error(tmp_path: Path) -> None:
     """RL with accumulation 2, validation bypassed: the seed's hang, under the default
-    600 s timeouts, ends as soon as both sides wait (model load included)."""
+    timeouts, ends as soon as both sides wait (model load included)."""
     cfg = compose(QUICK)
-    assert cfg.queue.result_timeout_s == 600 and cfg.queue.input_timeout_s == 600
+    assert cfg.timeouts.step_s == 1800 and cfg.queue.input_timeout_s == 600
     cfg.trainer.gradient_accumulation_steps = 2  # after validation: the validators would refuse
     before = threading.active_count()
     started = time.monotonic()
     with pytest.raises(DeadlockError) as info:
         run_validated(cfg, run_dir=tmp_path)
-    assert time.monotonic() - started < 60  # far below the 600 s timeouts
+    assert time.monotonic() - started < 60  # far below the default timeouts
     message = str(info.value)
     assert "the producer waits for the result of step" in message
     assert "the trainer waits for input #" in message
     assert threading.active_count() == before  # the trainer thread is gone
+
+
+def test_producer_work_in_a_declared_phase_does_not_count_against_the_trainer() -> None:
+    """A slow rollout, reward or checkpoint write is bounded by its own timeout, not by
+    the trainer's wait for the next input (once blamed on the queue)."""
+    channel = _channel(5, lambda item: item, input_timeout=0.2)
+    channel.put(1)
+    assert channel.result(1) == 1
+    with channel.producer_phase("writing a checkpoint"):
+        time.sleep(0.6)  # three times the trainer's input timeout
+    channel.put(2)
+    assert channel.result(2) == 2
+    assert channel.close()
