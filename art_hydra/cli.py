@@ -63,8 +63,11 @@ def hydra_main(cfg: DictConfig) -> Any:
     """Hydra's task function: one job. Heavy imports happen inside ``train``."""
     from hydra.core.hydra_config import HydraConfig
 
+    from art_hydra.distributed import adopt_submitit_tasks
     from art_hydra.run import train
 
+    if adopt_submitit_tasks():
+        _log_per_rank(HydraConfig.get().job.name)
     try:
         return train(cfg)
     except CompactHydraException as exc:
@@ -76,6 +79,24 @@ def hydra_main(cfg: DictConfig) -> Any:
         report_and_exit(exc)
 
 
+def _log_per_rank(job_name: str) -> None:
+    """Each task of a multi-task submitit job runs this job in the same folder; ranks
+    other than 0 log to ``<job name>_rank<N>.log`` instead of interleaving with rank 0."""
+    rank = int(os.environ.get("RANK", "0"))
+    if rank == 0:
+        return
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        path = getattr(handler, "baseFilename", "")
+        if isinstance(handler, logging.FileHandler) and path.endswith(f"{job_name}.log"):
+            own = logging.FileHandler(path[: -len(".log")] + f"_rank{rank}.log")
+            own.setFormatter(handler.formatter)
+            own.setLevel(handler.level)
+            root.removeHandler(handler)
+            handler.close()
+            root.addHandler(own)
+
+
 def main() -> None:
     """Console-script entry: check first, then hand the same argv to Hydra."""
     args = hydra_compat.args_parser().parse_args()
@@ -85,13 +106,16 @@ def main() -> None:
     # A relative -cp is resolved by Hydra against this module; leave that to the job check.
     checkable = primary is None or primary.startswith("pkg://") or os.path.isabs(primary)
     if not passthrough and checkable:
-        _precheck(args)
+        checked = _precheck(args)
+        if checked is not None:
+            _join_the_other_ranks(checked)
     register_sweeper()  # after the check: Hydra's plugin scan imports every launcher
     hydra_main()
 
 
-def _precheck(args: Any) -> None:
-    """Reject bad configs before Hydra creates anything; serve single-run dry runs."""
+def _precheck(args: Any) -> Composition | None:
+    """Reject bad configs before Hydra creates anything; serve single-run dry runs.
+    Returns the checked single run (None for a sweep, which its sweeper checks)."""
     from art_hydra.preflight import add_world_problems
     from art_hydra.run import resolved_yaml
 
@@ -104,11 +128,13 @@ def _precheck(args: Any) -> None:
     ):
         # Only the master can be checked here; the sweeper checks every point.
         master = compose_and_check(loader, config_name, overrides, RunMode.MULTIRUN, validate=False)
+        _refuse_a_sweep_under_torchrun(master)
         _reject_if_bad(master)
-        return
+        return None
     result = compose_and_check(loader, config_name, overrides, RunMode.RUN)
     if result.hydra is not None and result.hydra.mode == RunMode.MULTIRUN:
-        return  # the config's own hydra.mode asks for a sweep: the sweeper checks it
+        _refuse_a_sweep_under_torchrun(result)
+        return None  # the config's own hydra.mode asks for a sweep: the sweeper checks it
     add_world_problems(result, remember_pass=True)
     _reject_if_bad(result)
     announce_warnings(result.problems)
@@ -117,6 +143,50 @@ def _precheck(args: Any) -> None:
         print(resolved_yaml(result.resolved))
         print("dry run: the configuration is valid; nothing was trained or written.")
         sys.exit(0)
+    return result
+
+
+def _refuse_a_sweep_under_torchrun(result: Composition) -> None:
+    """Every rank would run the whole sweep; a sweep of multi-rank jobs is the SLURM
+    launcher preset's work (each job one multi-process job)."""
+    from art_hydra.config.problems import Kind, Problem, fix
+    from art_hydra.config.validators import torchrun_world_size
+
+    if (torchrun_world_size() or 1) > 1:
+        result.problems.append(
+            Problem(
+                "--multirun",
+                f"WORLD_SIZE={torchrun_world_size()}",
+                "torchrun started this command once per rank, and a sweep would run every "
+                "job on every rank; a sweep of multi-rank jobs sends each job to the launcher "
+                "as a whole (hydra/launcher=slurm, or slurm_local to try it on one machine).",
+                fix(note="art-hydra -m hydra/launcher=slurm ... (without torchrun)"),
+                Kind.override,
+            )
+        )
+
+
+def _join_the_other_ranks(result: Composition) -> None:
+    """Under torchrun, form the process group now (every rank has passed the same checks)
+    and let rank 0 decide the run folder once, for all ranks: each rank resolving
+    ``${now:...}`` on its own clock could pick another second. The other ranks write no
+    ``.hydra/`` copy and log to ``art_hydra_rank<N>.log``."""
+    from art_hydra import distributed
+    from art_hydra.backends.torch_backend import resolve_device
+
+    if not distributed.from_environment().enabled:
+        return
+    assert result.resolved is not None and result.run_dir is not None
+    cfg = result.resolved
+    from art_hydra.backends import prepare
+
+    prepare(cfg.backend)
+    world = distributed.setup(cfg.distributed, resolve_device(cfg.backend.device))
+    folder = distributed.broadcast_object(world, result.run_dir)
+    if not any(arg.startswith("hydra.run.dir=") for arg in sys.argv):
+        sys.argv.append(f"hydra.run.dir={folder}")
+    if not world.is_main:
+        sys.argv += ["hydra.output_subdir=null", f"hydra.job.name=art_hydra_rank{world.rank}"]
 
 
 def _asks_for_a_sweep(overrides: list[str]) -> bool:

@@ -63,17 +63,20 @@ def world_problems(
     *,
     trust_earlier_pass: bool = False,
     remember_pass: bool = False,
+    devices_here: bool = True,
 ) -> list[Problem]:
     """Everything the files and the environment say about ``cfg`` (a resolved config).
 
     With ``trust_earlier_pass`` the task, model and backend checks are skipped for a
     config that passed them earlier in this process with ``remember_pass`` (the CLI's
     check, just before Hydra starts the job); the run folder is checked every time.
+    ``devices_here=False`` leaves GPUs to the job, for a launcher that runs it on other
+    machines (a SLURM sweep is often sent from a login node without one).
     """
     key = OmegaConf.to_yaml(cfg) if trust_earlier_pass or remember_pass else ""
     found: list[Problem] = []
     if not (trust_earlier_pass and key in _passed):
-        found = [*task_problems(cfg), *model_problems(cfg), *backend_problems(cfg)]
+        found = [*task_problems(cfg), *model_problems(cfg), *backend_problems(cfg, devices_here)]
         if remember_pass and not any(p.is_error for p in found):
             _passed.add(key)
     if run_dir is not None:
@@ -83,13 +86,17 @@ def world_problems(
     return found
 
 
-def add_world_problems(result: Composition, *, remember_pass: bool = False) -> None:
+def add_world_problems(
+    result: Composition, *, remember_pass: bool = False, devices_here: bool = True
+) -> None:
     """Append the world's findings on a composed config to its report (a key whose value
     already has an error is not checked again)."""
     if result.resolved is None:
         return
     failed = {p.key for p in result.problems if p.is_error}
-    world = world_problems(result.resolved, result.run_dir, remember_pass=remember_pass)
+    world = world_problems(
+        result.resolved, result.run_dir, remember_pass=remember_pass, devices_here=devices_here
+    )
     result.problems += [p for p in world if p.key not in failed]
 
 
@@ -446,7 +453,7 @@ def cuda_present() -> bool:
     return any(Path("/dev").glob("nvidia[0-9]*"))
 
 
-def backend_problems(cfg: DictConfig) -> list[Problem]:
+def backend_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem]:
     backend = cfg.backend
     problems: list[Problem] = []
     if backend.name == BackendName.unsloth and importlib.util.find_spec("unsloth") is None:
@@ -459,7 +466,10 @@ def backend_problems(cfg: DictConfig) -> list[Problem]:
             )
         )
     elif (
-        backend.name == BackendName.unsloth and backend.device != Device.cuda and not cuda_present()
+        devices_here
+        and backend.name == BackendName.unsloth
+        and backend.device != Device.cuda
+        and not cuda_present()
     ):
         problems.append(
             _world(
@@ -471,7 +481,7 @@ def backend_problems(cfg: DictConfig) -> list[Problem]:
                 warning=True,
             )
         )
-    if backend.device == Device.cuda and not cuda_present():
+    if devices_here and backend.device == Device.cuda and not cuda_present():
         problems.append(
             _world(
                 "backend.device",

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from art_hydra.distributed import World, seed_for
 from art_hydra.packing import PackedBatch, Sequence, pack
 from art_hydra.rl.advantages import group_advantages
 from art_hydra.rl.sampling import SamplingSettings, sample
@@ -125,6 +126,11 @@ class MiniBatch:
         return cls([Sequence(**s) for s in data["sequences"]], data["info"], data["samples"])
 
 
+def _slice(examples: list[Example], size: int, rank: int) -> list[Example]:
+    """Rank ``rank``'s share of a global batch (all ranks read the same stream)."""
+    return examples[rank * size : (rank + 1) * size]
+
+
 class RLProducer:
     """Samples generation batches from the current policy and hands them out as
     mini-batches, one per optimizer step.
@@ -146,9 +152,13 @@ class RLProducer:
         completions_per_step: int,
         capacity: int,
         seed: int,
+        world: World | None = None,
     ) -> None:
         self.loaded = loaded
         self.task = task
+        #: This rank and the number of ranks: each rank samples its own slice of every
+        #: global batch (whole groups), with its own sampler stream.
+        self.rank, self.ranks = (world.rank, world.size) if world is not None else (0, 1)
         self.rl = rl_cfg
         self.timeouts = timeouts_cfg
         self.log_completions = producer_cfg.log_completions
@@ -161,7 +171,9 @@ class RLProducer:
         )
         self.prompt_ids = {ex.prompt: p for ex, p in zip(task.examples, ids, strict=True)}
         self.stream = ExampleStream(task.examples, seed, producer_cfg.shuffle)
-        self.generator = torch.Generator(device=loaded.device).manual_seed(seed)
+        self.generator = torch.Generator(device=loaded.device).manual_seed(
+            seed_for(seed, self.rank)
+        )
         #: Mini-batches of the current generation batch still to be trained on.
         self.pending: list[MiniBatch] = []
         #: Generation batches sampled so far.
@@ -183,7 +195,8 @@ class RLProducer:
     def _generate(self) -> list[MiniBatch]:
         tok = self.loaded.tokenizer
         n = self.rl.num_generations
-        examples = self.stream.take(self.groups * self.rl.steps_per_generation)
+        per_rank = self.groups * self.rl.steps_per_generation
+        examples = _slice(self.stream.take(per_rank * self.ranks), per_rank, self.rank)
         repeated = [self.prompt_ids[ex.prompt] for ex in examples for _ in range(n)]
         with eval_mode(self.loaded.model) as model:
             completions, logprobs = sample(
@@ -239,6 +252,7 @@ class RLProducer:
             "reward_std": std,
             "zero_std_groups": float(zero_groups),
             "completion_length": sum(len(c) for c in completions) / len(completions),
+            "completions": float(len(completions)),
         }
         shown = min(self.log_completions, len(examples))  # one per group
         samples = [
@@ -277,6 +291,7 @@ class SFTProducer:
         accumulation: int,
         capacity: int,
         seed: int,
+        world: World | None = None,
     ) -> None:
         missing = [ex.prompt for ex in task.examples if ex.answer is None]
         if missing:
@@ -285,6 +300,7 @@ class SFTProducer:
                 f"{task.name!r} have none (first prompt: {missing[0]!r})"
             )
         self.loaded = loaded
+        self.rank, self.ranks = (world.rank, world.size) if world is not None else (0, 1)
         self.sft = sft_cfg
         self.batch_size = batch_size
         self.accumulation = accumulation
@@ -315,7 +331,12 @@ class SFTProducer:
         pad = self.loaded.tokenizer.pad_token_id
         micro = [
             pack(
-                [self.sequences[ex] for ex in self.stream.take(self.batch_size)],
+                [
+                    self.sequences[ex]
+                    for ex in _slice(
+                        self.stream.take(self.batch_size * self.ranks), self.batch_size, self.rank
+                    )
+                ],
                 self.capacity,
                 pad,
                 self.loaded.layout,

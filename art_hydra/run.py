@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from art_hydra.config.composition import validate
 from art_hydra.config.problems import ConfigValidationError, errors
 from art_hydra.config.schema import AlgorithmName
-from art_hydra.errors import Interrupted, WriteError
+from art_hydra.errors import Interrupted, RunStopped, WriteError
 
 log = logging.getLogger("art_hydra")
 
@@ -54,11 +54,14 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> dict[str, Any]:
     ``cfg`` may be a composed ``DictConfig``, a :class:`~art_hydra.config.schema.RunConfig`
     or a plain mapping. With ``dry_run=true`` it prints the resolved config and returns.
     """
+    from art_hydra.distributed import from_environment
     from art_hydra.preflight import world_problems
 
     cfg = validate(cfg, footer=_JOB_FOOTER)
+    world = from_environment()
     folder = Path(run_dir) if run_dir is not None else default_run_dir()
-    problems = world_problems(cfg, folder, trust_earlier_pass=True)
+    # Rank 0 alone owns the run folder; the other ranks check everything else.
+    problems = world_problems(cfg, folder if world.is_main else None, trust_earlier_pass=True)
     if errors(problems):
         raise ConfigValidationError(problems, footer=_JOB_FOOTER)
     if cfg.dry_run:
@@ -68,8 +71,9 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> dict[str, Any]:
     return run_validated(cfg, folder)
 
 
-def build_trainer_and_producer(cfg: DictConfig) -> tuple[Any, Any]:
-    """Task, model, trainer and producer for a validated config (also used by bench/)."""
+def build_trainer_and_producer(cfg: DictConfig, world: Any = None) -> tuple[Any, Any]:
+    """Task, model, trainer and producer for a validated config (also used by bench/);
+    ``world`` is this rank's place among several (None: a single process)."""
     from art_hydra.backends import load_model
     from art_hydra.producer import RLProducer, SFTProducer
     from art_hydra.rl.sampling import SamplingSettings, suppressed_ids
@@ -80,17 +84,26 @@ def build_trainer_and_producer(cfg: DictConfig) -> tuple[Any, Any]:
     loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=task.charset())
     batch, capacity = cfg.trainer.per_device_train_batch_size, cfg.model.max_seq_length
     if cfg.algorithm.name == AlgorithmName.sft:
-        trainer = Trainer(loaded, cfg.trainer, Objective.for_sft())
+        trainer = Trainer(loaded, cfg.trainer, Objective.for_sft(), world)
         accumulation = cfg.trainer.gradient_accumulation_steps
         producer = SFTProducer(
-            loaded, task, cfg.sft, cfg.producer, batch, accumulation, capacity, cfg.seed
+            loaded, task, cfg.sft, cfg.producer, batch, accumulation, capacity, cfg.seed, world
         )
         return trainer, producer
     # One settings object for rollouts and training logprobs: they must never differ.
     sampling = SamplingSettings.from_config(cfg.rl, suppressed_ids(loaded.tokenizer))
-    trainer = Trainer(loaded, cfg.trainer, Objective.for_rl(cfg.rl, sampling))
+    trainer = Trainer(loaded, cfg.trainer, Objective.for_rl(cfg.rl, sampling), world)
     producer = RLProducer(
-        loaded, task, cfg.rl, cfg.producer, cfg.timeouts, sampling, batch, capacity, cfg.seed
+        loaded,
+        task,
+        cfg.rl,
+        cfg.producer,
+        cfg.timeouts,
+        sampling,
+        batch,
+        capacity,
+        cfg.seed,
+        world,
     )
     return trainer, producer
 
@@ -103,35 +116,71 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
     """
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
+    from art_hydra import distributed
+    from art_hydra.backends import prepare
     from art_hydra.interrupts import stop_on_signals
     from art_hydra.run_folder import FolderInUse, RunLock
 
+    prepare(cfg.backend)  # Unsloth must come before transformers (and torch's imports)
+    from art_hydra.backends.torch_backend import resolve_device
+
+    world = distributed.setup(cfg.distributed, resolve_device(cfg.backend.device))
+    world.run_dir = run_dir
     lock = RunLock(run_dir)
     try:
-        lock.acquire()
+        if world.is_main:
+            lock.acquire()
     except FolderInUse as exc:
         raise ResumeError(
             f"the run folder {run_dir} is in use by {exc}; one run per folder. Wait for it, "
             "or choose another folder (hydra.run.dir=...)"
         ) from None
+    distributed.write_status(world, "running")
     try:
         with stop_on_signals() as stop:
-            return _train_locked(cfg, run_dir, stop)
+            summary = _train_locked(cfg, run_dir, stop, world)
+    except BaseException as exc:
+        distributed.write_status(world, f"failed: {type(exc).__name__}: {exc}".splitlines()[0])
+        if world.enabled and not isinstance(exc, (RunStopped, KeyboardInterrupt)):
+            raise distributed.failure(world, "training", exc, cfg.distributed.timeout_s) from exc
+        raise
     finally:
         lock.release()
+    distributed.write_status(world, "done")
+    distributed.teardown(world)
+    return summary
 
 
-def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any) -> dict[str, Any]:
+class _Ranked:
+    """The producers' states of every rank as one component of a checkpoint: rank 0
+    writes them all; on resume each rank takes back its own."""
+
+    def __init__(self, producer: Any, world: Any, gathered: list[Any] | None = None) -> None:
+        self.producer, self.world, self.gathered = producer, world, gathered
+
+    def state_dict(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        assert self.gathered is not None
+        tensors = {
+            f"rank{rank}.{name}": tensor
+            for rank, (rank_tensors, _) in enumerate(self.gathered)
+            for name, tensor in rank_tensors.items()
+        }
+        return tensors, {"ranks": [plain for _, plain in self.gathered]}
+
+    def load_state_dict(self, tensors: dict[str, Any], plain: dict[str, Any]) -> None:
+        prefix = f"rank{self.world.rank}."
+        own = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+        self.producer.load_state_dict(own, plain["ranks"][self.world.rank])
+
+
+def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict[str, Any]:
     # ---- setup -----------------------------------------------------------------------
     import random
 
-    from art_hydra.backends import prepare
-
-    prepare(cfg.backend)
     import torch
     from transformers.utils import logging as hf_logging
 
-    from art_hydra import run_folder
+    from art_hydra import distributed, run_folder
     from art_hydra.checkpoint import Checkpointer
     from art_hydra.metrics import MetricsLog, plot_curve
     from art_hydra.queue import StepChannel
@@ -140,8 +189,9 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any) -> dict[str, Any]:
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     is_rl = cfg.algorithm.name == AlgorithmName.rl
-    trainer, producer = build_trainer_and_producer(cfg)
-    components = {"trainer": trainer, "producer": producer}
+    trainer, producer = build_trainer_and_producer(cfg, world)
+    ranked = _Ranked(producer, world)
+    components = {"trainer": trainer, "producer": ranked if world.enabled else producer}
     checkpoints = Checkpointer(run_dir, cfg.checkpoint, cfg.timeouts.checkpoint_s)
     start_step = 0
     if cfg.resume:
@@ -157,10 +207,20 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any) -> dict[str, Any]:
         log.info("resumed from %s (step %d)", latest, start_step)
         saved = run_folder.saved_config(run_dir)
         changed = run_folder.differences(saved, cfg) if saved is not None else []
-        run_folder.record_resume(run_dir, start_step, changed)
-    run_folder.write_run_config(run_dir, cfg)
-    metrics = MetricsLog(
-        run_dir, cfg.logging, cfg.trainer.max_steps, resume_step=start_step if cfg.resume else None
+        if world.is_main:
+            run_folder.record_resume(run_dir, start_step, changed)
+    if world.is_main:
+        run_folder.write_run_config(run_dir, cfg)
+    # Rank 0 alone writes the run's record; the others measure and report to it.
+    metrics = (
+        MetricsLog(
+            run_dir,
+            cfg.logging,
+            cfg.trainer.max_steps,
+            resume_step=start_step if cfg.resume else None,
+        )
+        if world.is_main
+        else NoRecord()
     )
     channel = StepChannel(cfg.queue, trainer.train_micro, cfg.timeouts.step_s)
     last: dict[str, Any] = {}
@@ -168,7 +228,24 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any) -> dict[str, Any]:
 
     def save(step: int) -> None:
         with channel.producer_phase(f"writing checkpoint step {step}"):
-            checkpoints.save(step, components, trainer.loaded)
+            if world.enabled:
+                ranked.gathered = _control(
+                    world,
+                    cfg,
+                    "gathering the producers' states",
+                    distributed.gather_objects,
+                    producer.state_dict(),
+                )
+            if world.is_main:
+                checkpoints.save(step, components, trainer.loaded)
+            # The other ranks wait for rank 0's write (named by the barrier if it dies).
+            _control(
+                world,
+                cfg,
+                f"waiting for checkpoint step {step}",
+                distributed.barrier,
+                cfg.timeouts.checkpoint_s + cfg.distributed.timeout_s,
+            )
 
     # ---- loop ------------------------------------------------------------------------
     try:
@@ -184,26 +261,15 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any) -> dict[str, Any]:
             started = time.perf_counter()
             with channel.producer_phase(f"making the inputs of step {step}"):
                 inputs = producer.make_inputs()
+            if world.enabled:
+                _normalise_over_ranks(world, cfg, inputs)
             for item in inputs:
                 channel.put(item)
             result = channel.result(step)
             elapsed = time.perf_counter() - started
-            last = {
-                "step": result.step,
-                "reward_mean": result.info.get("reward_mean"),
-                "reward_std": result.info.get("reward_std"),
-                "loss": result.loss,
-                "grad_norm": result.grad_norm,
-                "learning_rate": result.learning_rate,
-                "kl": result.kl,
-                "entropy": result.entropy,
-                "clip_fraction": result.clip_fraction,
-                "zero_std_groups": result.info.get("zero_std_groups"),
-                "completion_length": result.info.get("completion_length"),
-                "real_token_share": result.real_token_share,
-                "tokens_per_s": result.trained_tokens / elapsed,
-                "step_time_s": elapsed,
-            }
+            last = _record(result, elapsed)
+            if world.enabled:
+                last = _combine(world, cfg, result, last, stop)
             try:
                 metrics.log(last)
                 metrics.log_samples(step, inputs[0].samples)
@@ -228,7 +294,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any) -> dict[str, Any]:
         plot_curve(
             run_dir, "reward_mean" if is_rl else "loss", "reward.png" if is_rl else "loss.png"
         )
-        if cfg.logging.plot
+        if cfg.logging.plot and world.is_main
         else None
     )
     summary = {
@@ -237,10 +303,115 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any) -> dict[str, Any]:
         "final": last,
         "plot": str(plot) if plot else None,
     }
-    if last:
+    if last and world.is_main:
         shown = f"reward {last['reward_mean']:.3f}" if is_rl else f"loss {last['loss']:.4f}"
         print(f"art_hydra: {trainer.step} steps, final {shown}; outputs in {run_dir}")
     return summary
+
+
+class NoRecord:
+    """What ranks other than 0 keep instead of the run's record."""
+
+    def log(self, record: dict[str, Any]) -> None:
+        pass
+
+    def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _record(result: Any, elapsed: float) -> dict[str, Any]:
+    """One step's metrics on this rank."""
+    return {
+        "step": result.step,
+        "reward_mean": result.info.get("reward_mean"),
+        "reward_std": result.info.get("reward_std"),
+        "loss": result.loss,
+        "grad_norm": result.grad_norm,
+        "learning_rate": result.learning_rate,
+        "kl": result.kl,
+        "entropy": result.entropy,
+        "clip_fraction": result.clip_fraction,
+        "zero_std_groups": result.info.get("zero_std_groups"),
+        "completion_length": result.info.get("completion_length"),
+        "real_token_share": result.real_token_share,
+        "tokens_per_s": result.trained_tokens / elapsed,
+        "step_time_s": elapsed,
+    }
+
+
+def _control(world: Any, cfg: DictConfig, what: str, collective: Any, *args: Any) -> Any:
+    """A control collective; its failure names the ranks that did not answer."""
+    from art_hydra import distributed
+
+    try:
+        return collective(world, *args)
+    except Exception as exc:
+        raise distributed.failure(world, what, exc, cfg.distributed.timeout_s) from exc
+
+
+def _normalise_over_ranks(world: Any, cfg: DictConfig, inputs: list[Any]) -> None:
+    """Each rank's loss divides by the global token count over the ranks (times the
+    ranks, since DDP averages): the step then equals one process on the global batch."""
+    from art_hydra import distributed
+
+    local = sum(item.loss_tokens for item in inputs)
+    (total,) = _control(world, cfg, "counting the step's tokens", distributed.all_sum, [local])
+    for item in inputs:
+        item.step_loss_tokens = total / world.size
+
+
+def _combine(world: Any, cfg: DictConfig, result: Any, last: dict[str, Any], stop: Any) -> dict:
+    """The step's metrics over every rank (rewards gathered from all ranks), and one
+    stop decision for all: a signal seen by any rank stops every rank at this step."""
+    from art_hydra import distributed
+
+    n = float(result.info.get("completions", 0.0))
+    tokens = float(result.loss_tokens)
+    mean, std = last["reward_mean"] or 0.0, last["reward_std"] or 0.0
+    sums = _control(
+        world,
+        cfg,
+        "combining the step's metrics",
+        distributed.all_sum,
+        [
+            n,
+            n * mean,
+            n * (std**2 + mean**2),
+            last["zero_std_groups"] or 0.0,
+            n * (last["completion_length"] or 0.0),
+            last["loss"],
+            tokens,
+            tokens * last["kl"],
+            tokens * last["entropy"],
+            tokens * last["clip_fraction"],
+            float(result.trained_tokens),
+            float(result.trained_tokens) / max(last["real_token_share"], 1e-12),
+            1.0 if stop.requested else 0.0,
+        ],
+    )
+    total_n, tokens_all = max(sums[0], 1.0), max(sums[6], 1.0)
+    reward_mean = sums[1] / total_n
+    combined = dict(last)
+    combined.update(
+        reward_mean=reward_mean if last["reward_mean"] is not None else None,
+        reward_std=max(sums[2] / total_n - reward_mean**2, 0.0) ** 0.5
+        if last["reward_std"] is not None
+        else None,
+        zero_std_groups=sums[3] if last["zero_std_groups"] is not None else None,
+        completion_length=sums[4] / total_n if last["completion_length"] is not None else None,
+        loss=sums[5] / world.size,
+        kl=sums[7] / tokens_all,
+        entropy=sums[8] / tokens_all,
+        clip_fraction=sums[9] / tokens_all,
+        real_token_share=sums[10] / max(sums[11], 1.0),
+        tokens_per_s=sums[10] / last["step_time_s"],
+    )
+    if sums[12] and not stop.requested:
+        stop.signum = stop.signum or 15  # another rank was signalled: stop here with it
+    return combined
 
 
 def resume_command(run_dir: Path) -> str:

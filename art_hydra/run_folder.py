@@ -124,14 +124,19 @@ class FolderInUse(RuntimeError):
     """Another live process holds the run folder's lock."""
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs on this host (a zombie, dead but not yet reaped, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 def lock_holder(run_dir: Path) -> dict[str, Any] | None:
@@ -151,7 +156,7 @@ def lock_holder(run_dir: Path) -> dict[str, Any] | None:
             holder = json.loads(path.read_text() or "{}")
         except ValueError:
             holder = {}
-        if holder.get("host") == socket.gethostname() and not _alive(int(holder.get("pid", 0))):
+        if holder.get("host") == socket.gethostname() and not pid_alive(int(holder.get("pid", 0))):
             return None
         return holder
     else:

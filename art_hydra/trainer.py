@@ -38,6 +38,8 @@ class StepResult:
     train_time_s: float
     warmup: bool = False
     info: dict[str, float] = field(default_factory=dict)
+    #: Tokens the step's loss covered on this rank (weights its per-token statistics).
+    loss_tokens: float = 0.0
 
 
 class Objective:
@@ -66,7 +68,8 @@ def packed_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-position logprob of the next token (and entropy) from one forward over the
     batch's rows, with the mask in the form its layout needs."""
-    dtype = model.get_input_embeddings().weight.dtype  # what the attention scores are in
+    inner = getattr(model, "module", model)  # DDP wraps the model
+    dtype = inner.get_input_embeddings().weight.dtype  # what the attention scores are in
     logits = model(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask(dtype),
@@ -151,12 +154,34 @@ def optimizer_from_safetensors(
     optimizer.load_state_dict({"state": state, "param_groups": plain["param_groups"]})
 
 
+def _no_buffer_sync() -> dict[str, bool]:
+    """DDP's switch for not syncing buffers in every forward (renamed in recent torch)."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    names = inspect.signature(DistributedDataParallel.__init__).parameters
+    key = "forward_sync_buffers" if "forward_sync_buffers" in names else "broadcast_buffers"
+    return {key: False}
+
+
 class Trainer:
     """Owns the optimizer; :meth:`train_micro` is what the queue's thread runs."""
 
-    def __init__(self, loaded: LoadedModel, trainer_cfg: Any, objective: Objective) -> None:
+    def __init__(
+        self, loaded: LoadedModel, trainer_cfg: Any, objective: Objective, world: Any = None
+    ) -> None:
         self.loaded = loaded
         self.model = loaded.model
+        #: What trains: the model, or DDP around it when there are several ranks (the
+        #: gradients are averaged across ranks in backward; buffers are not broadcast,
+        #: since every rank builds the same ones).
+        self.policy = self.model
+        if world is not None and world.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [loaded.device.index] if loaded.device.type == "cuda" else None
+            self.policy = DistributedDataParallel(self.model, device_ids=ids, **_no_buffer_sync())
         self.cfg = trainer_cfg
         self.objective = objective
         self.optimizer, self.scheduler = build_optimizer(self.model, trainer_cfg)
@@ -220,7 +245,7 @@ class Trainer:
             return self._loss(batch)
 
     def _loss(self, batch: PackedBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        logprobs, entropy = packed_logprobs(self.model, batch, self.objective.sampling)
+        logprobs, entropy = packed_logprobs(self.policy, batch, self.objective.sampling)
         mask = batch.loss_mask
         denominator = batch.step_loss_tokens or float(mask.sum().clamp(min=1))
         if self.objective.rl is not None:
@@ -246,8 +271,13 @@ class Trainer:
         """Process one input; return a result when an optimizer step completes."""
         start = time.perf_counter()
         self.model.train()
-        loss, stats = self.loss(batch)
-        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        # Across ranks, gradients are averaged once per optimizer step: not after the
+        # micro-batches that only accumulate.
+        accumulating = not batch.warmup and self._micro + 1 < self.cfg.gradient_accumulation_steps
+        ddp = self.policy is not self.model
+        with self.policy.no_sync() if accumulating and ddp else contextlib.nullcontext():
+            loss, stats = self.loss(batch)
+            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         if batch.warmup:
             self.optimizer.zero_grad(set_to_none=True)
             return self._result(loss.item(), 0.0, stats, batch, start, warmup=True)
@@ -295,6 +325,7 @@ class Trainer:
             trained_tokens=int(acc["tokens"]),
             train_time_s=acc["time"] + time.perf_counter() - step_start,
             info=dict(batch.info),
+            loss_tokens=acc["loss_tokens"],
         )
 
     def _result(

@@ -30,7 +30,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-import art_hydra.config.validators  # noqa: F401  (registers the built-in rules)
 from art_hydra.config import hydra_compat
 from art_hydra.config.bounds import bound_problems, schema_default, type_hints
 from art_hydra.config.problems import (
@@ -48,6 +47,7 @@ from art_hydra.config.registry import run_validators
 from art_hydra.config.schema import RunConfig
 from art_hydra.config.store import register_configs
 from art_hydra.config.structure import HYDRA_KEY, fit, type_problem, unknown_key_problem
+from art_hydra.config.validators import launched_world_size  # also registers the built-in rules
 
 #: Name of the primary config in ``conf/``.
 CONFIG_NAME = "config"
@@ -142,6 +142,8 @@ def check(cfg: Any, *, in_place: bool = False) -> tuple[DictConfig, list[Problem
     """
     typed, problems = fit(cfg, in_place=in_place)
     _reset(typed, {p.key for p in problems})
+    if typed.distributed.world_size is None:  # null means: as many as the launcher started
+        typed.distributed.world_size = launched_world_size() or 1
     bounds = list(bound_problems(typed, RunConfig))
     _reset(typed, {p.key for p in bounds})
     problems += bounds

@@ -84,6 +84,14 @@ class LossType(Enum):
     cispo = "cispo"
 
 
+class DistBackend(Enum):
+    """torch.distributed backend: ``auto`` is nccl on CUDA, gloo on the CPU."""
+
+    auto = "auto"
+    gloo = "gloo"
+    nccl = "nccl"
+
+
 class TaskSource(Enum):
     """Where a task's examples come from."""
 
@@ -329,6 +337,19 @@ class TimeoutsConfig:
 
 
 @dataclass
+class DistributedConfig:
+    """Data-parallel training over ranks started by torchrun or a SLURM job (one rank per
+    process; trainer.per_device_train_batch_size is per rank)."""
+
+    # Ranks the run is planned for; null reads WORLD_SIZE from the launcher (1 without one).
+    world_size: int | None = bounded(None, ge=1)
+    # Collective backend.
+    backend: DistBackend = DistBackend.auto
+    # Seconds a collective waits for the other ranks before the run stops naming them.
+    timeout_s: float = _timeout(300.0)
+
+
+@dataclass
 class RewardConfig:
     """The task's reward function, named by `_target_`."""
 
@@ -410,6 +431,8 @@ class RunConfig:
     queue: QueueConfig = field(default_factory=QueueConfig)
     # Bounds on rollouts, rewards, optimizer steps and checkpoint writes.
     timeouts: TimeoutsConfig = field(default_factory=TimeoutsConfig)
+    # Data-parallel training over several processes.
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     # Training data and reward.
     task: TaskConfig = field(default_factory=TaskConfig)
     # Checkpointing.

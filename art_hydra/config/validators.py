@@ -11,7 +11,10 @@ cheap and import nothing heavy.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from omegaconf import DictConfig
 
@@ -20,6 +23,8 @@ from art_hydra.config.registry import validator
 from art_hydra.config.schema import (
     AlgorithmName,
     BackendName,
+    Device,
+    DistBackend,
     FinetuneMethod,
     LossType,
     ModelSource,
@@ -30,6 +35,38 @@ from art_hydra.config.targets import allowed_prefixes, refusal
 
 def _is_rl(cfg: DictConfig) -> bool:
     return cfg.algorithm.name == AlgorithmName.rl
+
+
+#: Ranks per job of the launcher a sweep is about to use (set by the pre-flight sweeper
+#: while it checks the points of a SLURM/submitit sweep; None otherwise).
+_launch_plan: ContextVar[int | None] = ContextVar("launch_plan", default=None)
+
+
+def torchrun_world_size() -> int | None:
+    """The world size torchrun (or a submitit task) set in WORLD_SIZE, or None."""
+    value = os.environ.get("WORLD_SIZE")
+    return int(value) if value and value.isdigit() else None
+
+
+def launched_world_size() -> int | None:
+    """The ranks this job runs on: WORLD_SIZE in a launched process, else the ranks per
+    job of the launcher about to start it, else None (one process)."""
+    return torchrun_world_size() or _launch_plan.get()
+
+
+@contextmanager
+def planned_launch(ranks: int | None) -> Iterator[None]:
+    """Check configs as jobs of a launcher that starts ``ranks`` processes per job."""
+    token = _launch_plan.set(ranks)
+    try:
+        yield
+    finally:
+        _launch_plan.reset(token)
+
+
+def world_size(cfg: DictConfig) -> int:
+    """Ranks the run has: ``distributed.world_size``, else the launcher's, else 1."""
+    return cfg.distributed.world_size or launched_world_size() or 1
 
 
 def _divisors(n: int) -> list[int]:
@@ -76,12 +113,13 @@ def rl_groups_fill_the_batch(cfg: DictConfig) -> Iterator[Problem]:
         return
     up = math.ceil(batch / n) * n
     divisors = [d for d in _divisors(batch) if d >= 2]
+    ranks = world_size(cfg)
+    where = f"each of the {ranks} ranks samples" if ranks > 1 else "each optimizer step trains on"
     yield Problem(
         "trainer.per_device_train_batch_size",
         batch,
-        f"is not a multiple of rl.num_generations={n}: each optimizer step trains on whole "
-        f"groups of {n} completions of one prompt, and {batch} completions do not split into "
-        "whole groups.",
+        f"is not a multiple of rl.num_generations={n}: {where} whole groups of {n} "
+        f"completions of one prompt, and {batch} completions do not split into whole groups.",
         fix(
             {"trainer.per_device_train_batch_size": up},
             f"{up // n} groups",
@@ -278,6 +316,41 @@ def generations_are_used_whole(cfg: DictConfig) -> Iterator[Problem]:
             f"is not a multiple of rl.steps_per_generation x rl.num_iterations = "
             f"{per_generation}: the last generation batch is only partly trained on.",
             fix({"trainer.max_steps": whole}),
+        )
+
+
+@validator
+def ranks_agree_with_the_launch(cfg: DictConfig) -> Iterator[Problem]:
+    """Every rank must run the same number of collectives per step; what decides that is
+    fixed by construction (one input per RL step per rank, the same micro-batch count in
+    SFT), so what remains is a world the backend and the launch can actually form."""
+    planned, launched = cfg.distributed.world_size, launched_world_size()
+    # (A null world_size was already resolved to the launcher's, or 1.)
+    if planned is not None and launched is not None and planned != launched:
+        yield Problem(
+            "distributed.world_size",
+            planned,
+            f"the launcher starts {launched} ranks per job, not {planned}: the ranks would "
+            "wait in collectives for ranks that do not exist, or leave some out.",
+            fix(
+                {"distributed.world_size": launched},
+                "or null, to take the launcher's; or launch as many processes",
+            ),
+        )
+    ranks = world_size(cfg)
+    if ranks > 1 and cfg.backend.name == BackendName.unsloth:
+        yield Problem(
+            "backend",
+            "unsloth",
+            f"Unsloth trains on one device; this run has {ranks} ranks.",
+            fix({"backend": "torch"}, "data-parallel over the ranks"),
+        )
+    if cfg.distributed.backend == DistBackend.nccl and cfg.backend.device == Device.cpu:
+        yield Problem(
+            "distributed.backend",
+            "nccl",
+            "NCCL runs collectives between CUDA devices, and backend.device=cpu.",
+            fix({"distributed.backend": "gloo"}),
         )
 
 

@@ -64,15 +64,20 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
 
     def preflight(self, points: list[list[str]]) -> list[list[Problem]]:
         """Each point's problems, composed and checked as job number ``i`` will see it."""
+        from art_hydra.config.validators import planned_launch
         from art_hydra.preflight import add_world_problems
 
         assert self.hydra_context is not None and self.config is not None
         loader = self.hydra_context.config_loader
         found = []
-        for index, point in enumerate(points):
-            result = compose_and_check(loader, None, point, master=self.config, job_num=index)
-            add_world_problems(result)
-            found.append(result.problems)
+        launcher = self.config.hydra.launcher
+        # A SLURM job runs on the cluster's nodes: their GPUs are checked by the job.
+        here = not str(OmegaConf.select(launcher, "_target_", default="")).endswith("SlurmLauncher")
+        with planned_launch(ranks_per_job(launcher)):
+            for index, point in enumerate(points):
+                result = compose_and_check(loader, None, point, master=self.config, job_num=index)
+                add_world_problems(result, devices_here=here)
+                found.append(result.problems)
         return found
 
     def sweep(self, arguments: list[str]) -> Any:
@@ -116,7 +121,14 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         returns = []
         for start, batch in self._batches(valid, points):
-            results = self.launcher.launch(batch, initial_job_idx=start)
+            try:
+                results = self.launcher.launch(batch, initial_job_idx=start)
+            except Exception as exc:
+                # A job launched elsewhere (submitit) comes back as a trace in a string.
+                remote = type(exc).__name__ in ("FailedJobError", "UncompletedJobError")
+                if not remote or os.environ.get("HYDRA_FULL_ERROR") == "1":
+                    raise
+                _fail(f"A job of the sweep stopped:\n{remote_failure(str(exc))}")
             for r in results:
                 try:
                     _ = r.return_value  # re-raises a failed job's exception, as Hydra's does
@@ -140,6 +152,48 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
             else:
                 batches.append((i, [points[i]]))
         return batches
+
+
+def ranks_per_job(launcher: Any) -> int | None:
+    """Processes a launcher starts for each job: nodes x tasks_per_node for submitit's
+    launchers (each task one rank), None for launchers that run a job as one process."""
+    target = str(OmegaConf.select(launcher, "_target_", default="") or "")
+    if "hydra_submitit_launcher" not in target:
+        return None
+    nodes = OmegaConf.select(launcher, "nodes", default=1) or 1
+    tasks = OmegaConf.select(launcher, "tasks_per_node", default=1) or 1
+    return int(nodes) * int(tasks)
+
+
+def remote_failure(text: str) -> str:
+    """The gist of a failed submitit job: the error its task raised (the trace's last
+    line, without the exception's module path) and where its full logs are; or, for a
+    task that died without a result, submitit's account of it and its last output."""
+    if "has not produced any output" in text:
+        account, _, tail = text.partition("-" * 40)
+        last = [f"  | {line}" for line in tail.strip().splitlines()[-6:]]
+        return "\n".join(
+            [
+                account.strip(),
+                "The task's process died (killed, out of memory, or a crash in native "
+                "code); its last output:",
+                *last,
+            ]
+        )
+    trace, _, rest = text.partition("----------------------\n")[2].partition(
+        "----------------------"
+    )
+    lines = [line for line in trace.splitlines() if line.strip()]
+    last = lines[-1] if lines else text.splitlines()[0]
+    # A message spans lines after its "module.Error: " head; keep it whole.
+    for i in range(len(lines) - 1, -1, -1):
+        head = lines[i].split(":", 1)[0]
+        if head and " " not in head and not lines[i].startswith(" "):
+            last = "\n".join([lines[i].split(": ", 1)[-1], *lines[i + 1 :]])
+            break
+    logs = [line.strip()[2:] for line in rest.splitlines() if line.strip().startswith("- ")]
+    where = f"\nFull logs: {', '.join(logs)}" if logs else ""
+    return f"{last}{where}"
 
 
 def _sweep_report(invalid: list[tuple[int, list[str], list[Problem]]], total: int) -> str:

@@ -1,0 +1,173 @@
+"""Data-parallel training on 2 CPU ranks (gloo): the same step as one process on the
+global batch, learning, exact resume, a dead rank named, and bad configs refused before
+any process group forms."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ART_HYDRA, output_of, wait_for_steps
+from safetensors.torch import load_file
+
+pytestmark = pytest.mark.slow
+
+TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+HERE = Path(__file__).resolve().parent
+QUIET = ["logging.progress_bar=off", "logging.tensorboard=false", "logging.plot=false"]
+
+
+def _torchrun(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    cmd = [TORCHRUN, "--standalone", "--nproc_per_node=2", *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_two_ranks_give_the_single_process_gradient(tmp_path: Path) -> None:
+    script = str(HERE / "grad_check.py")
+    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    single = subprocess.run(
+        [sys.executable, script, str(tmp_path / "one.safetensors")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert single.returncode == 0, single.stderr
+    ranks = subprocess.run(
+        [TORCHRUN, "--standalone", "--nproc_per_node=2", script, str(tmp_path / "two.safetensors")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ranks.returncode == 0, ranks.stderr
+    one, two = load_file(tmp_path / "one.safetensors"), load_file(tmp_path / "two.safetensors")
+    assert one.keys() == two.keys() and one
+    worst = max((one[k] - two[k]).abs().max().item() for k in one)
+    scale = max(one[k].abs().max().item() for k in one)
+    assert worst <= 1e-6 * max(scale, 1.0), (worst, scale)
+
+
+def test_the_default_task_learns_on_two_ranks(tmp_path: Path) -> None:
+    proc = _torchrun(
+        "-m",
+        "art_hydra",
+        "trainer.per_device_train_batch_size=64",
+        "trainer.max_steps=200",
+        "hydra.run.dir=run",
+        *QUIET,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, output_of(proc)[-3000:]
+    rows = _metrics(tmp_path / "run")
+    assert [r["step"] for r in rows] == list(range(1, 201))  # rank 0 alone writes the record
+    first = sum(r["reward_mean"] for r in rows[:5]) / 5
+    last = sum(r["reward_mean"] for r in rows[-10:]) / 10
+    assert first < 0.3 and last > 0.8, (first, last)
+    assert (tmp_path / "run" / "art_hydra_rank1.log").exists()
+    statuses = sorted((tmp_path / "run" / ".ranks").glob("rank*.json"))
+    assert [json.loads(p.read_text())["state"] for p in statuses] == ["done", "done"]
+
+
+def test_a_two_rank_checkpoint_resumes_exactly_and_loads_alone(tmp_path: Path) -> None:
+    common = [
+        "-m",
+        "art_hydra",
+        "trainer.per_device_train_batch_size=32",
+        "trainer.lr_scheduler_type=constant",
+        "checkpoint.every_steps=3",
+        *QUIET,
+    ]
+    whole = _torchrun(*common, "trainer.max_steps=8", "hydra.run.dir=whole", cwd=tmp_path)
+    assert whole.returncode == 0, output_of(whole)[-3000:]
+    first = _torchrun(*common, "trainer.max_steps=3", "hydra.run.dir=parts", cwd=tmp_path)
+    assert first.returncode == 0, output_of(first)[-3000:]
+    second = _torchrun(
+        *common, "trainer.max_steps=8", "resume=true", "hydra.run.dir=parts", cwd=tmp_path
+    )
+    assert second.returncode == 0, output_of(second)[-3000:]
+    final = "checkpoints/step-000008/model.safetensors"
+    a, b = load_file(tmp_path / "whole" / final), load_file(tmp_path / "parts" / final)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["loss"] for r in _metrics(tmp_path / "whole")] == [
+        r["loss"] for r in _metrics(tmp_path / "parts")
+    ]
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "parts" / "checkpoints" / "step-000008")
+    assert model(torch.tensor([[1, 4, 5]])).logits.shape[-1] == model.config.vocab_size
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_killed_rank_stops_the_other_with_its_name_within_the_bound(tmp_path: Path) -> None:
+    """Two ranks started by hand (no torchrun agent to clean up): rank 1 is killed, and
+    rank 0 ends on its own, naming rank 1, well within distributed.timeout_s."""
+    port = _free_port()
+    args = [
+        *QUIET,
+        "trainer.per_device_train_batch_size=32",
+        "trainer.max_steps=5000",
+        "distributed.timeout_s=30",
+        "hydra.run.dir=run",
+    ]
+    procs = []
+    for rank in (0, 1):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+        procs.append(
+            subprocess.Popen(
+                [ART_HYDRA, *args],
+                cwd=tmp_path,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+        )
+    wait_for_steps(tmp_path / "run", 3, procs[0])
+    victim = json.loads((tmp_path / "run" / ".ranks" / "rank1.json").read_text())["pid"]
+    os.kill(victim, signal.SIGKILL)
+    started = time.monotonic()
+    _, err = procs[0].communicate(timeout=120)
+    procs[1].communicate()
+    assert time.monotonic() - started < 30
+    assert procs[0].returncode == 1
+    assert "rank 0 stopped" in err and f"rank 1 (pid {victim}) died without a word" in err, err
+    assert "Traceback" not in err
+
+
+def test_an_unevenly_divisible_config_is_refused_before_any_process_group(tmp_path: Path) -> None:
+    started = time.monotonic()
+    proc = _torchrun(
+        "-m", "art_hydra", "trainer.per_device_train_batch_size=12", *QUIET, cwd=tmp_path
+    )
+    out = output_of(proc)
+    assert proc.returncode != 0
+    assert "each of the 2 ranks samples whole groups of 8" in out
+    assert "art_hydra/" not in out  # no traceback of ours (torchrun prints its own summary)
+    assert not (tmp_path / "outputs").exists()  # no run folder, no process group
+    assert time.monotonic() - started < 60
