@@ -172,10 +172,11 @@ def _join_the_other_ranks(result: Composition) -> None:
     ``${now:...}`` on its own clock could pick another second. The other ranks write no
     ``.hydra/`` copy and log to ``art_hydra_rank<N>.log``."""
     from art_hydra import distributed
-    from art_hydra.backends.torch_backend import resolve_device
 
     if not distributed.from_environment().enabled:
         return
+    from art_hydra.backends.torch_backend import resolve_device
+
     assert result.resolved is not None and result.run_dir is not None
     cfg = result.resolved
     from art_hydra.backends import prepare

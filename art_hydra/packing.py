@@ -203,37 +203,45 @@ def pack(sequences: list[Sequence], capacity: int, pad_id: int, layout: Layout) 
         rows, fill = [[i] for i in range(len(sizes))], list(sizes)
     width = max(fill)
     shape = (len(rows), width)
-    input_ids = torch.full(shape, pad_id, dtype=torch.long)
-    position_ids = torch.zeros(shape, dtype=torch.long)
-    seq_ids = torch.full(shape, -1, dtype=torch.long)
-    targets = torch.zeros(shape, dtype=torch.long)
-    loss_mask = torch.zeros(shape)
-    advantages = torch.zeros(shape)
-    old_logprobs = torch.zeros(shape)
+    # Filled as flat Python lists and turned into tensors once per field: writing each
+    # sequence's slices into tensors cost ~500 small tensor ops per step (half the
+    # packing time of the default run).
+    size = len(rows) * width
+    ids, positions, owners = [pad_id] * size, [0] * size, [-1] * size
+    targets, mask = [0] * size, [0.0] * size
+    advantages, old = [0.0] * size, [0.0] * size
     for r, members in enumerate(rows):
-        offset = 0
+        offset = r * width
         for index in members:
             seq = sequences[index]
-            n, p = len(seq.tokens), seq.prompt_len
-            span = slice(offset, offset + n)
-            input_ids[r, span] = torch.tensor(seq.tokens)
-            position_ids[r, span] = torch.arange(n)
-            seq_ids[r, span] = index
+            tokens = seq.tokens
+            n, p = len(tokens), seq.prompt_len
+            end = offset + n
+            ids[offset:end] = tokens
+            positions[offset:end] = range(n)
+            owners[offset:end] = [index] * n
             # Position i predicts token i + 1 of the same sequence.
-            targets[r, offset : offset + n - 1] = torch.tensor(seq.tokens[1:])
-            first = 0 if seq.train_prompt else p - 1
-            loss_mask[r, offset + first : offset + n - 1] = 1.0
-            advantages[r, offset + first : offset + n - 1] = seq.advantage
+            targets[offset : end - 1] = tokens[1:]
+            first = offset + (0 if seq.train_prompt else p - 1)
+            mask[first : end - 1] = [1.0] * (end - 1 - first)
+            advantages[first : end - 1] = [float(seq.advantage)] * (end - 1 - first)
             if seq.old_logprobs is not None:
-                old_logprobs[r, offset + p - 1 : offset + n - 1] = torch.tensor(seq.old_logprobs)
-            offset += n
+                old[offset + p - 1 : end - 1] = seq.old_logprobs
+            offset = end
+    input_ids = torch.tensor(ids, dtype=torch.long).view(shape)
+    position_ids = torch.tensor(positions, dtype=torch.long).view(shape)
+    seq_ids = torch.tensor(owners, dtype=torch.long).view(shape)
+    targets_t = torch.tensor(targets, dtype=torch.long).view(shape)
+    loss_mask = torch.tensor(mask).view(shape)
+    advantages_t = torch.tensor(advantages).view(shape)
+    old_logprobs = torch.tensor(old).view(shape)
     return PackedBatch(
         input_ids=input_ids,
         position_ids=position_ids,
         seq_ids=seq_ids,
-        targets=targets,
+        targets=targets_t,
         loss_mask=loss_mask,
-        advantages=advantages,
+        advantages=advantages_t,
         old_logprobs=old_logprobs,
         real_tokens=sum(fill),
         layout=layout,

@@ -73,6 +73,19 @@ def encode_prompt(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text)["input_ids"])
 
 
+def encode_prompts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """:func:`encode_prompt` for many: plain text in one batched call of the fast
+    tokenizer (2,000 prompts one by one took 0.2 s of the start-up), each distinct
+    prompt encoded once."""
+    unique = list(dict.fromkeys(texts))
+    if getattr(tokenizer, "chat_template", None):
+        ids = [encode_prompt(tokenizer, text) for text in unique]
+    else:
+        ids = [list(row) for row in tokenizer(unique)["input_ids"]]
+    table = dict(zip(unique, ids, strict=True))
+    return [table[text] for text in texts]
+
+
 def stop_token_ids(loaded: Any) -> tuple[int, ...]:
     """Every id that ends a completion: the tokenizer's EOS and the model's
     ``generation_config.eos_token_id`` (Llama 3 lists three)."""
@@ -93,7 +106,7 @@ def encode_checked(
     operand) and train on a different question without a word, so it is an error that
     names the setting to raise.
     """
-    encoded = [encode_prompt(tokenizer, ex.prompt) for ex in examples]
+    encoded = encode_prompts(tokenizer, [ex.prompt for ex in examples])
     longest = max(len(ids) for ids in encoded)
     if longest > limit:
         count = sum(len(ids) > limit for ids in encoded)

@@ -26,6 +26,13 @@ once (within :data:`POLL_S` at worst) and is re-raised with the trainer's traceb
 
 The protocol has one producer thread: ``put`` and ``result`` are called from it, never
 concurrently (another thread putting while ``result`` waits would look like a deadlock).
+
+All torch work runs on the trainer's thread: the producer hands its own (sampling,
+packing) over with :meth:`StepChannel.produce` and waits for it, bounded. On the CPU each
+OS thread that runs torch ops gets an OpenMP team of its own, and two teams taking turns
+on the same cores cost the default run 40% of its speed (teams spin and hand off caches);
+one compute thread keeps one team. The producer's thread keeps the protocol, the clocks,
+signals and the run's record.
 """
 
 from __future__ import annotations
@@ -59,6 +66,22 @@ class _Stopped(Exception):
     """The channel was closed while the trainer waited for an input."""
 
 
+class _Work:
+    """The producer's work, run on the trainer's thread: its value or its exception."""
+
+    def __init__(self, fn: Callable[[], Any], what: str) -> None:
+        self.fn, self.what = fn, what
+        self.done = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.value = self.fn()
+        except BaseException as exc:  # handed back to the producer, which re-raises it
+            self.error = exc
+
+
 class StepChannel:
     """Runs ``train_fn`` on inputs in a background thread; see the module docstring.
 
@@ -75,6 +98,7 @@ class StepChannel:
         self._cond = threading.Condition()
         # Everything below is read and written under self._cond only.
         self._inputs: deque[Any] = deque()
+        self._work: deque[_Work] = deque()
         self._results: deque[Any] = deque()
         self._stopping = False
         self._error: BaseException | None = None
@@ -126,6 +150,10 @@ class StepChannel:
                 while not self._inputs:
                     if self._stopping:
                         raise _Stopped
+                    if self._work:
+                        self._run_work(self._work.popleft(), number)
+                        deadline = time.monotonic() + timeout
+                        continue
                     if self._producer_phase is not None:
                         self._cond.wait()  # the phase has its own bound; it notifies at its end
                         deadline = time.monotonic() + timeout
@@ -149,7 +177,51 @@ class StepChannel:
             self._cond.notify_all()  # room on the queue for a waiting put
             return item
 
+    def _run_work(self, work: _Work, number: int) -> None:
+        """Run the producer's work (called holding the lock; runs it without)."""
+        self._trainer_waits = False
+        self.trainer_state = f"{work.what} for the producer"
+        self._cond.release()
+        try:
+            work.run()
+        finally:
+            self._cond.acquire()
+        work.done = True
+        self._trainer_waits = True
+        self.trainer_state = f"waiting for input #{number}"
+        self._cond.notify_all()
+
     # -- producer side ------------------------------------------------------------
+    def produce(self, fn: Callable[[], Any], what: str, timeout_s: float) -> Any:
+        """``fn()`` run on the trainer's thread (the producer's torch work: sampling,
+        packing), waited for at most ``timeout_s``; its exception is re-raised here. The
+        trainer's wait for an input does not run out meanwhile."""
+        work = _Work(fn, what)
+        with self._cond:
+            self._producer_phase = self._producer_state = what
+            self._raise_if_trainer_failed()
+            self._work.append(work)
+            self._cond.notify_all()
+            deadline = time.monotonic() + timeout_s
+            try:
+                while not work.done:
+                    self._raise_if_trainer_failed()
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise StallError(
+                            f"{what} did not finish within {timeout_s:g}s (the sum of its "
+                            "timeouts.*); it runs on the trainer's thread, which is "
+                            f"{self.trainer_state}"
+                        )
+                    self._cond.wait(min(remaining, POLL_S))
+            finally:
+                self._producer_phase = None
+                self._producer_state = f"done {what}"
+                self._cond.notify_all()
+        if work.error is not None:
+            raise work.error
+        return work.value
+
     @contextlib.contextmanager
     def producer_phase(self, what: str) -> Iterator[None]:
         """Declare bounded producer work (``what``, for messages): the trainer's wait for

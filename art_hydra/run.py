@@ -223,6 +223,8 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
         else NoRecord()
     )
     channel = StepChannel(cfg.queue, trainer.train_micro, cfg.timeouts.step_s)
+    # Sampling and scoring are each bounded inside; this bounds the whole of it.
+    bound = cfg.timeouts.rollout_s + cfg.timeouts.reward_s
     last: dict[str, Any] = {}
     saved_step = start_step if cfg.resume else None
 
@@ -250,8 +252,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
     # ---- loop ------------------------------------------------------------------------
     try:
         if cfg.trainer.warmup_pass and start_step == 0:
-            with channel.producer_phase("making the warmup input"):
-                first = producer.make_inputs()[0]
+            first = channel.produce(producer.make_inputs, "making the warmup input", bound)[0]
             first.warmup = True
             channel.put(first)
             channel.result(step=0)
@@ -259,8 +260,9 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
             if stop.requested:
                 break
             started = time.perf_counter()
-            with channel.producer_phase(f"making the inputs of step {step}"):
-                inputs = producer.make_inputs()
+            inputs = channel.produce(
+                producer.make_inputs, f"making the inputs of step {step}", bound
+            )
             if world.enabled:
                 _normalise_over_ranks(world, cfg, inputs)
             for item in inputs:

@@ -97,7 +97,7 @@ def one_side(folder: str, backend: str, steps: int) -> dict[str, float]:
             if cuda:
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            for item in producer.make_inputs():
+            for item in channel.produce(producer.make_inputs, "making the inputs", 600):
                 channel.put(item)
             result = channel.result(step)
             if cuda:
