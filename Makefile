@@ -11,7 +11,7 @@ TORCH ?= torch==2.13.0
 
 UNSLOTH_VENV := .venv-unsloth
 
-.PHONY: run test test-unsloth bench
+.PHONY: run test test-unsloth bench bench-trl
 
 $(BIN)/art-hydra: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,3 +48,11 @@ bench: $(BIN)/art-hydra
 	$(BIN)/python bench/sweep_preflight.py
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/data_loading.py
+	$(BIN)/python bench/startup.py
+	$(BIN)/python bench/scaling.py
+
+# art_hydra against TRL's GRPOTrainer on the same work (BENCHMARKS.md).
+bench-trl: $(BIN)/art-hydra
+	$(BIN)/pip install --quiet -e ".[bench]"
+	$(BIN)/python bench/vs_trl.py
+	$(BIN)/python bench/vs_trl.py --load 2 --pairs 2
