@@ -8,6 +8,7 @@ step. The run puts them on the queue and waits for the step's result.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import random
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 
 from art_hydra.distributed import World, seed_for
+from art_hydra.errors import StallError
 from art_hydra.packing import PackedBatch, Sequence, pack
 from art_hydra.rl.advantages import group_advantages
 from art_hydra.rl.sampling import SamplingSettings, sample
@@ -191,12 +193,38 @@ class RLProducer:
         self.pending: list[MiniBatch] = []
         #: Generation batches sampled so far.
         self.generations = 0
+        #: With rl.overlap_rollouts, the copy of the policy that samples while the trainer
+        #: trains (refreshed from the policy after every optimizer step).
+        self.sampler: Any = None
+        if rl_cfg.overlap_rollouts:
+            self.sampler = copy.deepcopy(loaded.model).eval().requires_grad_(False)
 
-    def make_inputs(self) -> list[PackedBatch]:
-        """The next optimizer step's input (sampling a generation batch when none is left)."""
+    def needs_rollouts(self) -> bool:
+        """Whether the next input needs a new generation batch."""
+        return not self.pending
+
+    def sample_ahead(self) -> None:
+        """Sample and score the next generation batch into ``pending`` (with
+        rl.overlap_rollouts, on its own thread while the trainer trains)."""
         if not self.pending:
             chunks = self._generate()
             self.pending = [c for _ in range(self.rl.num_iterations) for c in chunks]
+
+    @torch.no_grad()
+    def refresh_sampler(self) -> None:
+        """Copy the trained weights into the sampler (after an optimizer step, while
+        neither thread computes); frozen weights never change and are skipped."""
+        if self.sampler is None:
+            return
+        policy = dict(self.loaded.model.named_parameters())
+        for name, param in self.sampler.named_parameters():
+            source = policy[name]
+            if source.requires_grad:
+                param.copy_(source)
+
+    def make_inputs(self) -> list[PackedBatch]:
+        """The next optimizer step's input (sampling a generation batch when none is left)."""
+        self.sample_ahead()
         mini = self.pending.pop(0)
         pad = self.loaded.tokenizer.pad_token_id
         batch = pack(mini.sequences, self.capacity, pad, self.loaded.layout)
@@ -211,7 +239,8 @@ class RLProducer:
         per_rank = self.groups * self.rl.steps_per_generation
         examples = _slice(self.stream.take(per_rank * self.ranks), per_rank, self.rank)
         repeated = [self.prompt_ids[ex.prompt] for ex in examples for _ in range(n)]
-        with eval_mode(self.loaded.model) as model:
+        sampler = self.sampler if self.sampler is not None else self.loaded.model
+        with eval_mode(sampler) as model:
             completions, logprobs = sample(
                 model,
                 repeated,
@@ -289,6 +318,45 @@ class RLProducer:
         self.stream.load_state(state["stream"])
         self.pending = [MiniBatch.from_json(m) for m in state["pending"]]
         self.generations = state["generations"]
+
+
+class RolloutsAhead:
+    """rl.overlap_rollouts: the next generation batch is sampled on a thread of its own
+    (on the producer's copy of the policy) while the trainer's thread trains on the
+    current one; each side gets half the cores, so their OpenMP teams do not compete."""
+
+    def __init__(self, producer: RLProducer, threads: int, timeout_s: float) -> None:
+        self.producer, self.threads, self.timeout_s = producer, threads, timeout_s
+        self._thread: Any = None
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        from art_hydra import workers
+
+        self._error = None
+
+        def work() -> None:
+            torch.set_num_threads(self.threads)
+            try:
+                self.producer.sample_ahead()
+            except BaseException as exc:  # re-raised in the run's thread by wait()
+                self._error = exc
+
+        self._thread = workers.start(work, "rollouts")
+
+    def wait(self) -> None:
+        """Wait for the batch being sampled (at most ``timeout_s``); its error is raised."""
+        if self._thread is None:
+            return
+        self._thread.join(self.timeout_s)
+        if self._thread.is_alive():
+            raise StallError(
+                f"sampling the next generation batch did not finish within "
+                f"{self.timeout_s:g}s (timeouts.rollout_s + timeouts.reward_s)"
+            )
+        self._thread = None
+        if self._error is not None:
+            raise self._error
 
 
 class SFTProducer:

@@ -204,6 +204,8 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
                 "hydra.run.dir at the run to resume, or drop resume=true"
             )
         start_step = checkpoints.load(latest, components, trainer.loaded)
+        if is_rl:
+            producer.refresh_sampler()  # the sampler samples from the weights resumed
         log.info("resumed from %s (step %d)", latest, start_step)
         saved = run_folder.saved_config(run_dir)
         changed = run_folder.differences(saved, cfg) if saved is not None else []
@@ -225,6 +227,14 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
     channel = StepChannel(cfg.queue, trainer.train_micro, cfg.timeouts.step_s)
     # Sampling and scoring are each bounded inside; this bounds the whole of it.
     bound = cfg.timeouts.rollout_s + cfg.timeouts.reward_s
+    ahead = None
+    if is_rl and cfg.rl.overlap_rollouts:
+        from art_hydra.producer import RolloutsAhead
+
+        # Sampling and training run at once: half the cores each.
+        threads = max(1, torch.get_num_threads() // 2)
+        channel.produce(lambda: torch.set_num_threads(threads), "sizing its threads", bound)
+        ahead = RolloutsAhead(producer, threads, bound)
     last: dict[str, Any] = {}
     saved_step = start_step if cfg.resume else None
 
@@ -267,7 +277,12 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
                 _normalise_over_ranks(world, cfg, inputs)
             for item in inputs:
                 channel.put(item)
+            if ahead is not None and producer.needs_rollouts():
+                ahead.start()  # the next batch, on the sampler, while this one trains
             result = channel.result(step)
+            if ahead is not None:
+                ahead.wait()
+                producer.refresh_sampler()
             elapsed = time.perf_counter() - started
             last = _record(result, elapsed)
             if world.enabled:

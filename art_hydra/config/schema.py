@@ -279,6 +279,10 @@ class RLConfig:
     loss_type: LossType = LossType.ppo_clip
     # Divide group-centred rewards by the group's standard deviation.
     scale_rewards: bool = True
+    # Sample the next generation batch on a copy of the policy while the trainer trains
+    # on this one: one optimizer step off-policy, corrected by the importance ratio to
+    # the sampling policy (clipped by epsilon). Doubles the model's memory.
+    overlap_rollouts: bool = False
 
 
 @dataclass

@@ -302,6 +302,21 @@ def cispo_has_its_cap(cfg: DictConfig) -> Iterator[Problem]:
 
 
 @validator
+def overlapped_rollouts_have_a_sampler(cfg: DictConfig) -> Iterator[Problem]:
+    """Overlapped rollouts sample on a copy of the policy in a second thread; Unsloth's
+    patched model and kernels are built for one model on one stream."""
+    if _is_rl(cfg) and cfg.rl.overlap_rollouts and cfg.backend.name == BackendName.unsloth:
+        yield Problem(
+            "rl.overlap_rollouts",
+            True,
+            "samples on a copy of the policy in a second thread while the trainer trains, "
+            "which the torch backend provides; Unsloth patches one model for its own "
+            "kernels and generation.",
+            fix({"rl.overlap_rollouts": False}, alt=fix({"backend": "torch"})),
+        )
+
+
+@validator
 def generations_are_used_whole(cfg: DictConfig) -> Iterator[Problem]:
     """A generation batch feeds steps_per_generation x num_iterations optimizer steps."""
     if not _is_rl(cfg):
