@@ -226,6 +226,11 @@ def pack(sequences: list[Sequence], capacity: int, pad_id: int, layout: Layout) 
             mask[first : end - 1] = [1.0] * (end - 1 - first)
             advantages[first : end - 1] = [float(seq.advantage)] * (end - 1 - first)
             if seq.old_logprobs is not None:
+                if len(seq.old_logprobs) != n - p:  # a list slice would silently resize
+                    raise ValueError(
+                        f"sequence {index} has {n - p} completion tokens but "
+                        f"{len(seq.old_logprobs)} sampling logprobs"
+                    )
                 old[offset + p - 1 : end - 1] = seq.old_logprobs
             offset = end
     input_ids = torch.tensor(ids, dtype=torch.long).view(shape)

@@ -88,3 +88,15 @@ def test_packed_logprobs_equal_unpacked() -> None:
             where = (batch.seq_ids == index) & (batch.loss_mask > 0)
             completion = alone[0, seq.prompt_len - 1 :]
             assert torch.allclose(packed[where], completion, atol=1e-5), index
+
+
+def test_sampling_logprobs_must_cover_the_completion_exactly() -> None:
+    """One logprob per completion token: a mismatch is an error, never a shifted row."""
+    seq = Sequence(tokens=[1, 5, 6, 7], prompt_len=2, advantage=0.5, old_logprobs=[-0.1])
+    with pytest.raises(ValueError, match="2 completion tokens but 1 sampling logprobs"):
+        pack([seq], 8, 0, PACKED)
+    seq.old_logprobs = [-0.1, -0.2]
+    batch = pack([seq], 8, 0, PACKED)
+    assert batch.old_logprobs[0, :3].tolist() == pytest.approx([0.0, -0.1, -0.2])
+    assert batch.advantages[0].tolist() == pytest.approx([0.0, 0.5, 0.5, 0.0])
+    assert batch.loss_mask[0].tolist() == [0.0, 1.0, 1.0, 0.0]
