@@ -109,6 +109,8 @@ def main() -> None:
         checked = _precheck(args)
         if checked is not None:
             _join_the_other_ranks(checked)
+    elif not passthrough:
+        _refuse_an_unchecked_launch(str(primary))
     register_sweeper()  # after the check: Hydra's plugin scan imports every launcher
     hydra_main()
 
@@ -164,6 +166,21 @@ def _refuse_a_sweep_under_torchrun(result: Composition) -> None:
                 Kind.override,
             )
         )
+
+
+def _refuse_an_unchecked_launch(primary: str) -> None:
+    """Under torchrun the ranks must share one run folder, which rank 0 decides from the
+    checked config; a relative -cp is resolved by Hydra alone, rank by rank."""
+    from art_hydra.config.validators import torchrun_world_size
+
+    if (torchrun_world_size() or 1) > 1:
+        sys.stderr.write(
+            f"--config-path {primary}: under torchrun the config path must be absolute "
+            "(or pkg://...), so the ranks can agree on one run folder before Hydra starts "
+            "(Hydra reads a relative one against its own module); give the absolute path "
+            "of your config folder, or add it with --config-dir\n"
+        )
+        sys.exit(1)
 
 
 def _join_the_other_ranks(result: Composition) -> None:

@@ -77,15 +77,18 @@ def adopt_submitit_tasks() -> bool:
     one rank. Returns whether this process is such a task. The port is drawn from the
     job id, so every task of a job picks the same one and two jobs on a node rarely
     share it."""
-    if not os.environ.get("SUBMITIT_EXECUTOR") or "WORLD_SIZE" in os.environ:
+    # torchrun inside the job has described the ranks itself.
+    if not os.environ.get("SUBMITIT_EXECUTOR") or "TORCHELASTIC_RUN_ID" in os.environ:
         return False
     from submitit import JobEnvironment
     from submitit.helpers import TorchDistributedEnvironment
 
     if JobEnvironment().num_tasks <= 1:
         return False
-    # Each rank picks its own GPU (LOCAL_RANK) among those SLURM gave the node.
-    TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    # Each rank picks its own GPU (LOCAL_RANK) among those SLURM gave the node. Values
+    # the submitting shell exported (sbatch passes its environment) are replaced; a
+    # MASTER_PORT set there is kept, as submitit reads it first.
+    TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
     return True
 
 

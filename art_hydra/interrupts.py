@@ -27,6 +27,9 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        #: Across ranks: whether any rank had a stop request at the last step's combine
+        #: (the only stop decision ranks act on, so they stop at the same step).
+        self.agreed = False
 
     @property
     def requested(self) -> bool:
@@ -34,11 +37,13 @@ class StopRequest:
 
     @property
     def name(self) -> str:
+        if self.signum is None and self.agreed:
+            return "a stop signal on another rank"
         return STOP_SIGNALS.get(self.signum or 0, "a signal")
 
     @property
     def exit_code(self) -> int:
-        return 128 + (self.signum or 0)
+        return 128 + (self.signum or signal.SIGTERM)
 
     def _handle(self, signum: int, frame: object) -> None:
         if self.signum is not None:

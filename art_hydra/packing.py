@@ -222,7 +222,9 @@ def pack(sequences: list[Sequence], capacity: int, pad_id: int, layout: Layout) 
             owners[offset:end] = [index] * n
             # Position i predicts token i + 1 of the same sequence.
             targets[offset : end - 1] = tokens[1:]
-            first = offset + (0 if seq.train_prompt else p - 1)
+            # Position 0 predicts nothing of its own sequence's past: with no prompt
+            # token the first completion token cannot be trained on.
+            first = offset + (0 if seq.train_prompt else max(p - 1, 0))
             mask[first : end - 1] = [1.0] * (end - 1 - first)
             advantages[first : end - 1] = [float(seq.advantage)] * (end - 1 - first)
             if seq.old_logprobs is not None:
@@ -231,7 +233,8 @@ def pack(sequences: list[Sequence], capacity: int, pad_id: int, layout: Layout) 
                         f"sequence {index} has {n - p} completion tokens but "
                         f"{len(seq.old_logprobs)} sampling logprobs"
                     )
-                old[offset + p - 1 : end - 1] = seq.old_logprobs
+                skip = 1 if p == 0 else 0  # (the untrainable first token, as above)
+                old[offset + p - 1 + skip : end - 1] = seq.old_logprobs[skip:]
             offset = end
     input_ids = torch.tensor(ids, dtype=torch.long).view(shape)
     position_ids = torch.tensor(positions, dtype=torch.long).view(shape)

@@ -497,6 +497,14 @@ def backend_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem
 # ---- the run folder ----------------------------------------------------------------
 
 
+def _resume_fix(key: str, old: Any) -> Any:
+    if key == "distributed.world_size" and isinstance(old, int):
+        # The ranks come from the launch: each resumes its own sampler state.
+        launch = f"torchrun --nproc_per_node={old} -m art_hydra ..." if old > 1 else "no torchrun"
+        return fix(note=f"resume with {old} rank(s), as the run was launched: {launch}")
+    return fix({key: old}) if old is not None else fix(note=f"remove {key}")
+
+
 def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
     holder = run_folder.lock_holder(run_dir) if run_dir.is_dir() else None
     if holder is not None:
@@ -568,7 +576,7 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
             f"differs from the run's saved config ({run_folder.RUN_CONFIG}: {old!r}); a resume "
             "continues the same run, and the checkpoint was written under the saved value. Only "
             f"{', '.join(run_folder.MAY_CHANGE_ON_RESUME)} may change.",
-            fix({key: old}) if old is not None else fix(note=f"remove {key}"),
+            _resume_fix(key, old),
         )
         for key, old, new in run_folder.differences(saved, cfg)
         if not run_folder.may_change(key)

@@ -208,6 +208,8 @@ class StepChannel:
                     self._raise_if_trainer_failed()
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
+                        if work in self._work:  # not started: it must never run later
+                            self._work.remove(work)
                         raise StallError(
                             f"{what} did not finish within {timeout_s:g}s (the sum of its "
                             "timeouts.*); it runs on the trainer's thread, which is "

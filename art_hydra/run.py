@@ -159,6 +159,8 @@ class _Ranked:
         self.producer, self.world, self.gathered = producer, world, gathered
 
     def state_dict(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        if not self.world.enabled:
+            return self.producer.state_dict()
         assert self.gathered is not None
         tensors = {
             f"rank{rank}.{name}": tensor
@@ -168,6 +170,17 @@ class _Ranked:
         return tensors, {"ranks": [plain for _, plain in self.gathered]}
 
     def load_state_dict(self, tensors: dict[str, Any], plain: dict[str, Any]) -> None:
+        saved = len(plain["ranks"]) if "ranks" in plain else 1
+        if saved != self.world.size:
+            raise ResumeError(
+                f"the checkpoint was written by a run of {saved} rank(s), and this run has "
+                f"{self.world.size}: each rank resumes its own sampler state and data "
+                f"position, so resume with {saved} rank(s) "
+                + (f"(torchrun --nproc_per_node={saved} ...)" if saved > 1 else "(no torchrun)")
+            )
+        if saved == 1:
+            self.producer.load_state_dict(tensors, plain)
+            return
         prefix = f"rank{self.world.rank}."
         own = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
         self.producer.load_state_dict(own, plain["ranks"][self.world.rank])
@@ -191,7 +204,9 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
     is_rl = cfg.algorithm.name == AlgorithmName.rl
     trainer, producer = build_trainer_and_producer(cfg, world)
     ranked = _Ranked(producer, world)
-    components = {"trainer": trainer, "producer": ranked if world.enabled else producer}
+    # One process saves the producer's own state; the ranks save theirs together. Both
+    # load through _Ranked, which refuses a checkpoint of another number of ranks.
+    components = {"trainer": trainer, "producer": ranked}
     checkpoints = Checkpointer(run_dir, cfg.checkpoint, cfg.timeouts.checkpoint_s)
     start_step = 0
     if cfg.resume:
@@ -259,21 +274,36 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
                 cfg.timeouts.checkpoint_s + cfg.distributed.timeout_s,
             )
 
+    def stopping() -> bool:
+        """Whether to stop: alone, a signal seen; across ranks, only what the ranks
+        agreed at the last step's combine (a signal that lands on one rank after it is
+        taken up at the next), so every rank stops at the same step, in step."""
+        return stop.agreed if world.enabled else stop.requested
+
+    def in_step(what: str) -> None:
+        """Across ranks, wait for the slowest rank's sampling and scoring (bounded by
+        their own timeouts) before the step's collectives, whose own bound is only
+        distributed.timeout_s."""
+        if world.enabled:
+            _control(world, cfg, what, distributed.barrier, bound + cfg.distributed.timeout_s)
+
     # ---- loop ------------------------------------------------------------------------
     try:
         if cfg.trainer.warmup_pass and start_step == 0:
             first = channel.produce(producer.make_inputs, "making the warmup input", bound)[0]
             first.warmup = True
+            in_step("waiting for the other ranks' warmup inputs")
             channel.put(first)
             channel.result(step=0)
         for step in range(start_step + 1, cfg.trainer.max_steps + 1):
-            if stop.requested:
+            if stopping():
                 break
             started = time.perf_counter()
             inputs = channel.produce(
                 producer.make_inputs, f"making the inputs of step {step}", bound
             )
             if world.enabled:
+                in_step(f"waiting for the other ranks' inputs of step {step}")
                 _normalise_over_ranks(world, cfg, inputs)
             for item in inputs:
                 channel.put(item)
@@ -295,18 +325,20 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
                     f"writing the run's record failed at step {step}: {exc}. "
                     + _resume_hint(run_dir, saved_step)
                 ) from exc
-            if checkpoints.due(step, cfg.trainer.max_steps) or stop.requested:
+            if checkpoints.due(step, cfg.trainer.max_steps) or stopping():
                 save(step)
                 saved_step = step
-        if stop.requested and trainer.step > 0 and saved_step != trainer.step:
+        if stopping() and trainer.step > 0 and saved_step != trainer.step:
             save(trainer.step)  # the signal came between the step's check and the next
             saved_step = trainer.step
     # ---- cleanup ---------------------------------------------------------------------
     finally:
         channel.close()
         metrics.close()
-    if stop.requested:
-        raise Interrupted(_stopped_message(cfg, run_dir, stop.name, saved_step), stop.exit_code)
+    if stopping():
+        raise Interrupted(
+            _stopped_message(cfg, run_dir, stop.name, saved_step, world.size), stop.exit_code
+        )
     plot = (
         plot_curve(
             run_dir, "reward_mean" if is_rl else "loss", "reward.png" if is_rl else "loss.png"
@@ -426,14 +458,13 @@ def _combine(world: Any, cfg: DictConfig, result: Any, last: dict[str, Any], sto
         real_token_share=sums[10] / max(sums[11], 1.0),
         tokens_per_s=sums[10] / last["step_time_s"],
     )
-    if sums[12] and not stop.requested:
-        stop.signum = stop.signum or 15  # another rank was signalled: stop here with it
+    stop.agreed = bool(sums[12])  # every rank stops at this step if any was signalled
     return combined
 
 
-def resume_command(run_dir: Path) -> str:
+def resume_command(run_dir: Path, ranks: int = 1) -> str:
     """The command that resumes this run: the job's own overrides (inside a Hydra job),
-    with ``resume=true`` and the run folder."""
+    with ``resume=true`` and the run folder; under torchrun, with as many ranks."""
     from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized():
@@ -443,7 +474,10 @@ def resume_command(run_dir: Path) -> str:
         for o in HydraConfig.get().overrides.task
         if not o.lstrip("+~").startswith(("resume=", "hydra.run.dir="))
     ]
-    parts = ["art-hydra", *overrides, "resume=true", f"hydra.run.dir={run_dir.resolve()}"]
+    launch = ["art-hydra"]
+    if ranks > 1:  # the checkpoint holds each rank's sampler state: the same ranks resume
+        launch = ["torchrun", f"--nproc_per_node={ranks}", "-m", "art_hydra"]
+    parts = [*launch, *overrides, "resume=true", f"hydra.run.dir={run_dir.resolve()}"]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -456,7 +490,9 @@ def _resume_hint(run_dir: Path, saved: int | None) -> str:
     )
 
 
-def _stopped_message(cfg: DictConfig, run_dir: Path, signal_name: str, saved: int | None) -> str:
+def _stopped_message(
+    cfg: DictConfig, run_dir: Path, signal_name: str, saved: int | None, ranks: int = 1
+) -> str:
     if saved is None:
         return (
             f"art_hydra stopped by {signal_name} before its first optimizer step finished; "
@@ -465,5 +501,5 @@ def _stopped_message(cfg: DictConfig, run_dir: Path, signal_name: str, saved: in
     return (
         f"art_hydra stopped by {signal_name} after step {saved} of {cfg.trainer.max_steps}; "
         f"checkpoint step-{saved:06d} holds it and the metrics are flushed. Resume with:\n"
-        f"  {resume_command(run_dir)}"
+        f"  {resume_command(run_dir, ranks)}"
     )

@@ -129,9 +129,10 @@ def _art_child(args: argparse.Namespace, out: Path) -> None:
             if now != size:  # read only when a line was added: the GIL is the run's
                 size = now
                 count = metrics.read_text().count("\n")
-                if count > seen:
+                if count > seen:  # steps that ended within one poll share its stamp
+                    now_t, now_c = time.perf_counter(), time.process_time()
+                    stamps.extend((step, now_t, now_c) for step in range(seen + 1, count + 1))
                     seen = count
-                    stamps.append((count, time.perf_counter(), time.process_time()))
             time.sleep(0.002)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -246,14 +247,15 @@ def run_side(side: str, args: argparse.Namespace, seed: int, work: Path) -> dict
         cmd = [sys.executable, __file__, "--child", side, "--out", str(out)]
         cmd += ["--model", args.model, "--data", args.data]
         cmd += ["--steps", str(args.steps), "--seed", str(seed)]
+        log = Path(tmp) / "stderr.txt"
         started = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(proc.pid, 0)
+        with log.open("wb") as err_file:  # a file, not a pipe: wait4 cannot block on it
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file)
+            _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
-        assert proc.stderr is not None
-        err = proc.stderr.read().decode(errors="replace")
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode:
+            err = log.read_text(errors="replace")
             raise SystemExit(f"{side} failed ({proc.returncode}):\n{err[-4000:]}")
         data = json.loads(out.read_text())
     return figures(data, started, wall, usage.ru_maxrss / 1024)
@@ -275,7 +277,7 @@ def figures(data: dict[str, Any], started: float, wall: float, peak_mb: float) -
         None,
     )
     at = {s: t for s, t, _ in stamps}
-    tokens = data["tokens"][first:]
+    tokens = data["tokens"][s0:s1]  # the steps after s0, up to s1: the timed window
     return {
         "steps_per_s": (s1 - s0) / (t1 - t0),
         "tokens_per_s": sum(tokens) / (t1 - t0) if tokens else None,

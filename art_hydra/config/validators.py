@@ -352,6 +352,18 @@ def ranks_agree_with_the_launch(cfg: DictConfig) -> Iterator[Problem]:
                 "or null, to take the launcher's; or launch as many processes",
             ),
         )
+    if planned is not None and planned > 1 and launched is None:
+        yield _warning(
+            "distributed.world_size",
+            planned,
+            f"plans {planned} ranks, but nothing launched them: this runs as one process, "
+            f"on 1/{planned} of the planned global batch (fine for checking a plan with "
+            "dry_run=true).",
+            fix(
+                note=f"torchrun --nproc_per_node={planned} -m art_hydra ..., or "
+                "distributed.world_size=null"
+            ),
+        )
     ranks = world_size(cfg)
     if ranks > 1 and cfg.backend.name == BackendName.unsloth:
         yield Problem(

@@ -108,6 +108,82 @@ def test_a_two_rank_checkpoint_resumes_exactly_and_loads_alone(tmp_path: Path) -
 
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "parts" / "checkpoints" / "step-000008")
     assert model(torch.tensor([[1, 4, 5]])).logits.shape[-1] == model.config.vocab_size
+    # Training on from it in one process would drop rank 1's sampler state: refused,
+    # naming the launch that resumes it.
+    alone = subprocess.run(
+        [ART_HYDRA, *common[2:], "trainer.max_steps=10", "resume=true", "hydra.run.dir=parts"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = output_of(alone)
+    assert alone.returncode == 1, out
+    assert "distributed.world_size = 1" in out and "differs from the run's saved config" in out
+    assert "resume with 2 rank(s), as the run was launched: torchrun --nproc_per_node=2" in out
+    assert "Traceback" not in out
+
+
+def _two_ranks(tmp_path: Path, *args: str) -> list[subprocess.Popen]:
+    """Two ranks started by hand, as a cluster's scheduler starts tasks (each gets its
+    own signals; no torchrun agent in between)."""
+    port = _free_port()
+    procs = []
+    for rank in (0, 1):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+        procs.append(
+            subprocess.Popen(
+                [ART_HYDRA, *QUIET, *args],
+                cwd=tmp_path,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+        )
+    return procs
+
+
+@pytest.mark.parametrize("both", [False, True], ids=["one rank signalled", "both, 50 ms apart"])
+def test_a_stop_signal_stops_every_rank_at_the_same_step_with_a_checkpoint(
+    tmp_path: Path, both: bool
+) -> None:
+    """SIGTERM (a preemption) reaching one rank, or the ranks at different moments: the
+    ranks agree at the next step's combine, all stop after that step, and the checkpoint
+    holds it; no rank takes a late signal for a second one."""
+    from art_hydra.run_folder import checkpoint_folders, verify
+
+    procs = _two_ranks(
+        tmp_path,
+        "trainer.per_device_train_batch_size=32",
+        "trainer.max_steps=5000",
+        "checkpoint.every_steps=0",
+        "hydra.run.dir=run",
+    )
+    wait_for_steps(tmp_path / "run", 3, procs[0])
+    procs[0].send_signal(signal.SIGTERM)
+    if both:
+        time.sleep(0.05)
+        procs[1].send_signal(signal.SIGTERM)
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [143, 143], errs
+    steps = len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+    for err in errs:
+        assert f"after step {steps} of 5000" in err and "Traceback" not in err, err
+        assert "second interrupt" not in err
+    assert "torchrun --nproc_per_node=2" in errs[0]
+    if not both:
+        assert "stopped by a stop signal on another rank" in errs[1]
+    newest = checkpoint_folders(tmp_path / "run" / "checkpoints")[-1]
+    assert newest.name == f"step-{steps:06d}" and verify(newest) is None
 
 
 def _free_port() -> int:

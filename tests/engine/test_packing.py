@@ -100,3 +100,23 @@ def test_sampling_logprobs_must_cover_the_completion_exactly() -> None:
     assert batch.old_logprobs[0, :3].tolist() == pytest.approx([0.0, -0.1, -0.2])
     assert batch.advantages[0].tolist() == pytest.approx([0.0, 0.5, 0.5, 0.0])
     assert batch.loss_mask[0].tolist() == [0.0, 1.0, 1.0, 0.0]
+
+
+def test_a_sequence_without_prompt_tokens_stays_in_its_own_slots() -> None:
+    """No prompt token (a tokenizer without BOS, an empty prompt): the first token has no
+    position to predict it, and nothing spills into the previous sequence's slots."""
+    first = Sequence(tokens=[1, 5, 6], prompt_len=1, advantage=1.0, old_logprobs=[-0.5, -0.6])
+    bare = Sequence(tokens=[7, 8, 9], prompt_len=0, advantage=2.0, old_logprobs=[-1, -2, -3])
+    batch = pack([first, bare], 6, 0, PACKED)
+
+    def slots(index: int, field: torch.Tensor) -> list[float]:
+        return field[batch.seq_ids == index].tolist()
+
+    assert slots(0, batch.input_ids) == [1, 5, 6] and slots(1, batch.input_ids) == [7, 8, 9]
+    assert slots(0, batch.loss_mask) == [1.0, 1.0, 0.0]
+    assert slots(1, batch.loss_mask) == [1.0, 1.0, 0.0]
+    assert slots(0, batch.advantages) == [1.0, 1.0, 0.0]
+    assert slots(1, batch.advantages) == [2.0, 2.0, 0.0]
+    assert slots(0, batch.old_logprobs) == pytest.approx([-0.5, -0.6, 0.0])
+    assert slots(1, batch.old_logprobs) == pytest.approx([-2.0, -3.0, 0.0])
+    assert batch.loss_mask.sum() == 4  # nothing outside the two sequences
