@@ -37,10 +37,12 @@ Settings mapped onto GRPOConfig (TRL 1.16):
 | seed                                         | seed                              | --seeds |
 | checkpoint.every_steps=0, no TensorBoard     | save_strategy="no", report_to="none" | |
 | logging.every_steps=1                        | logging_steps=1, log_completions=False | |
-| special tokens but EOS masked (sampling and  | a forward hook on lm_head masking | same ids |
-| training)                                    | the same ids' logits              |         |
+| special tokens but EOS masked (sampling and  | a frozen -1e9 bias on those rows  | same ids |
+| training)                                    | of lm_head                        |         |
 
-TRL can only suppress tokens at generation; masked on both sides, the two learn alike.
+TRL's own options suppress tokens at generation only, and its fused training head reads
+lm_head's weight and bias directly (a forward hook never runs in training): the bias
+masks both, as art_hydra does, so the two learn alike.
 
 TRL tokenizes the plain-text prompts itself (the tiny tokenizer has no chat template)
 and decodes completions without special tokens before the reward, as art_hydra does.
@@ -165,14 +167,17 @@ def _trl_child(args: argparse.Namespace, out: Path) -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
-    masked = list(suppressed_ids(tokenizer))
-
-    def mask_specials(module: Any, inputs: Any, logits: torch.Tensor) -> torch.Tensor:
-        # The same tokens art_hydra masks, in sampling and in training.
-        logits[..., masked] = torch.finfo(logits.dtype).min
-        return logits
-
-    model.lm_head.register_forward_hook(mask_specials)
+    # The same tokens art_hydra masks, in sampling and in training: a frozen bias of -1e9
+    # on their rows of the head. TRL 1.16 computes training logprobs with a fused head
+    # that reads lm_head.weight and .bias directly, so a forward hook on lm_head (or
+    # generation's suppress_tokens) would mask sampling only.
+    head = model.get_output_embeddings()
+    biased = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+    biased.weight = head.weight
+    bias = torch.zeros(head.out_features, dtype=head.weight.dtype)
+    bias[list(suppressed_ids(tokenizer))] = -1e9  # finite: 0 * logp stays 0 in entropies
+    biased.bias = torch.nn.Parameter(bias, requires_grad=False)
+    model.set_output_embeddings(biased)
     rows = [json.loads(line) for line in Path(args.data).read_text().splitlines()]
     dataset = Dataset.from_list(rows)
 
