@@ -197,29 +197,23 @@ class StepChannel:
         packing), waited for at most ``timeout_s``; its exception is re-raised here. The
         trainer's wait for an input does not run out meanwhile."""
         work = _Work(fn, what)
-        with self._cond:
-            self._producer_phase = self._producer_state = what
+        with self.producer_phase(what), self._cond:
             self._raise_if_trainer_failed()
             self._work.append(work)
             self._cond.notify_all()
             deadline = time.monotonic() + timeout_s
-            try:
-                while not work.done:
-                    self._raise_if_trainer_failed()
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        if work in self._work:  # not started: it must never run later
-                            self._work.remove(work)
-                        raise StallError(
-                            f"{what} did not finish within {timeout_s:g}s (the sum of its "
-                            "timeouts.*); it runs on the trainer's thread, which is "
-                            f"{self.trainer_state}"
-                        )
-                    self._cond.wait(min(remaining, POLL_S))
-            finally:
-                self._producer_phase = None
-                self._producer_state = f"done {what}"
-                self._cond.notify_all()
+            while not work.done:
+                self._raise_if_trainer_failed()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    if work in self._work:  # not started: it must never run later
+                        self._work.remove(work)
+                    raise StallError(
+                        f"{what} did not finish within {timeout_s:g}s (the sum of its "
+                        "timeouts.*); it runs on the trainer's thread, which is "
+                        f"{self.trainer_state}"
+                    )
+                self._cond.wait(min(remaining, POLL_S))
         if work.error is not None:
             raise work.error
         return work.value

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ART_HYDRA, output_of, wait_for_steps
+from conftest import ART_HYDRA, output_of, start_cli, wait_for_steps
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow
@@ -127,29 +127,22 @@ def test_a_two_rank_checkpoint_resumes_exactly_and_loads_alone(tmp_path: Path) -
 def _two_ranks(tmp_path: Path, *args: str) -> list[subprocess.Popen]:
     """Two ranks started by hand, as a cluster's scheduler starts tasks (each gets its
     own signals; no torchrun agent in between)."""
-    port = _free_port()
-    procs = []
-    for rank in (0, 1):
-        env = {
-            **os.environ,
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": "2",
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-        }
-        procs.append(
-            subprocess.Popen(
-                [ART_HYDRA, *QUIET, *args],
-                cwd=tmp_path,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                start_new_session=True,
-            )
+    port = str(_free_port())
+    return [
+        start_cli(
+            *QUIET,
+            *args,
+            cwd=tmp_path,
+            env={
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": port,
+            },
         )
-    return procs
+        for rank in (0, 1)
+    ]
 
 
 @pytest.mark.parametrize("both", [False, True], ids=["one rank signalled", "both, 50 ms apart"])
@@ -195,35 +188,13 @@ def _free_port() -> int:
 def test_a_killed_rank_stops_the_other_with_its_name_within_the_bound(tmp_path: Path) -> None:
     """Two ranks started by hand (no torchrun agent to clean up): rank 1 is killed, and
     rank 0 ends on its own, naming rank 1, well within distributed.timeout_s."""
-    port = _free_port()
-    args = [
-        *QUIET,
+    procs = _two_ranks(
+        tmp_path,
         "trainer.per_device_train_batch_size=32",
         "trainer.max_steps=5000",
         "distributed.timeout_s=30",
         "hydra.run.dir=run",
-    ]
-    procs = []
-    for rank in (0, 1):
-        env = {
-            **os.environ,
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": "2",
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-        }
-        procs.append(
-            subprocess.Popen(
-                [ART_HYDRA, *args],
-                cwd=tmp_path,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                start_new_session=True,
-            )
-        )
+    )
     wait_for_steps(tmp_path / "run", 3, procs[0])
     victim = json.loads((tmp_path / "run" / ".ranks" / "rank1.json").read_text())["pid"]
     os.kill(victim, signal.SIGKILL)
