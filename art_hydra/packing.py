@@ -4,7 +4,9 @@ Rows are filled first-fit-decreasing, at the width (up to a capacity) that waste
 fewest slots, and padded only to the longest row, so little compute goes to padding.
 Each sequence keeps its own positions (0, 1, ...) and a block-diagonal causal mask
 confines attention to it, so a packed forward gives each sequence the same logits as
-running it alone.
+running it alone. Sequences with the same prompt (a group's completions) may share one
+copy of it in a row (``share_prompts``; see :func:`pack`): each still sees exactly
+the tokens it would alone, at the same positions.
 
 That holds only where the model honours the mask as given: a :class:`Layout` (chosen per
 model by :func:`art_hydra.backends.layout.row_layout`) says whether rows are packed and
@@ -93,6 +95,9 @@ class PackedBatch:
     step_loss_tokens: float = 0.0
     #: A warmup pass: forward/backward only, no weight or optimizer change.
     warmup: bool = False
+    #: Per position, the sequence (a shared prompt) it may attend to besides its own;
+    #: None when no prompt is shared (see :func:`pack`).
+    sees_ids: torch.Tensor | None = None
     #: Producer-side numbers reported with the step's result.
     info: dict[str, float] = field(default_factory=dict)
     #: A few (prompt, completion, reward) records kept for inspection.
@@ -120,6 +125,8 @@ class PackedBatch:
         length = seq.shape[1]
         causal = torch.ones(length, length, dtype=torch.bool, device=seq.device).tril()
         same = seq.unsqueeze(-1) == seq.unsqueeze(-2)
+        if self.sees_ids is not None:  # a completion also sees its group's shared prompt
+            same = same | (self.sees_ids.unsqueeze(-1) == seq.unsqueeze(-2))
         real = (seq >= 0).unsqueeze(-1)
         eye = torch.eye(length, dtype=torch.bool, device=seq.device)
         # Padding attends to itself only, so its softmax row is never empty (no NaN).
@@ -140,6 +147,8 @@ class PackedBatch:
             "old_logprobs",
         ):
             setattr(self, name, getattr(self, name).to(device))
+        if self.sees_ids is not None:
+            self.sees_ids = self.sees_ids.to(device)
         return self
 
 
@@ -180,8 +189,82 @@ def _best_rows(sizes: list[int], capacity: int) -> tuple[list[list[int]], list[i
     return best[1], best[2]
 
 
-def pack(sequences: list[Sequence], capacity: int, pad_id: int, layout: Layout) -> PackedBatch:
+@dataclass
+class _Unit:
+    """Sequences laid out together in a row: their shared prompt once (all of it but its
+    last token), then each sequence's remaining tokens; or one sequence whole."""
+
+    members: list[int]
+    #: Leading tokens written once for all members (0: one sequence, written whole).
+    shared: int
+    size: int
+
+
+def _shared_rows(
+    sequences: list[Sequence], capacity: int
+) -> tuple[list[list[_Unit]], list[int]] | None:
+    """Rows in which sequences with the same prompt share one copy of it; None when no
+    two sequences share a prompt.
+
+    A group's sequences fill rows one after another; where a row is full the group goes
+    on in the next, behind a copy of its prompt of its own, so rows fill to
+    ``capacity`` and no group needs a row to itself. The prompt's last token is repeated
+    in every member, so each member's first completion token is predicted at a position
+    of its own. Prompts trained on (SFT without completion_only_loss) and one-token
+    prompts are not shared; those sequences fill the space left, first-fit decreasing.
+    """
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    alone: list[int] = []
+    for i, seq in enumerate(sequences):
+        if seq.train_prompt or seq.prompt_len < 2:
+            alone.append(i)
+        else:
+            by_prompt.setdefault(tuple(seq.tokens[: seq.prompt_len]), []).append(i)
+    alone += [m[0] for m in by_prompt.values() if len(m) == 1]
+    groups = [(len(prompt) - 1, m) for prompt, m in by_prompt.items() if len(m) > 1]
+    if not groups:
+        return None
+    rows: list[list[_Unit]] = [[]]
+    fill = [0]
+    for shared, members in groups:
+        unit: _Unit | None = None
+        for i in members:
+            branch = len(sequences[i].tokens) - shared
+            if fill[-1] + branch + (shared if unit is None else 0) > capacity:
+                rows.append([])
+                fill.append(0)
+                unit = None
+            if unit is None:
+                unit = _Unit([], shared, shared)
+                rows[-1].append(unit)
+                fill[-1] += shared
+            unit.members.append(i)
+            unit.size += branch
+            fill[-1] += branch
+    for i in sorted(alone, key=lambda i: -len(sequences[i].tokens)):
+        size = len(sequences[i].tokens)
+        r = next((r for r, used in enumerate(fill) if used + size <= capacity), len(fill))
+        if r == len(fill):
+            rows.append([])
+            fill.append(0)
+        rows[r].append(_Unit([i], 0, size))
+        fill[r] += size
+    return rows, fill
+
+
+def pack(
+    sequences: list[Sequence],
+    capacity: int,
+    pad_id: int,
+    layout: Layout,
+    share_prompts: bool = False,
+) -> PackedBatch:
     """Lay ``sequences`` out in rows of at most ``capacity`` tokens, as ``layout`` says.
+
+    With ``share_prompts`` (and a layout that packs), sequences with the same prompt
+    share one copy of it: each attends to that copy and to itself, at the positions it
+    would have alone, so its logits are the same and the group's prompt is computed once
+    instead of once per completion (``rl.num_generations`` times).
 
     A layout that does not pack gives each sequence its own row, right-padded: correct
     for any causal model, even kernels that drop the attention mask in training
@@ -196,11 +279,16 @@ def pack(sequences: list[Sequence], capacity: int, pad_id: int, layout: Layout) 
             f"a sequence of {max(too_long)} tokens does not fit a row of {capacity} "
             "(model.max_seq_length)"
         )
-    sizes = [len(s.tokens) for s in sequences]
-    if layout.packs:
-        rows, fill = _best_rows(sizes, capacity)
+    shared = _shared_rows(sequences, capacity) if share_prompts and layout.packs else None
+    if shared is not None:
+        rows, fill = shared
     else:
-        rows, fill = [[i] for i in range(len(sizes))], list(sizes)
+        sizes = [len(s.tokens) for s in sequences]
+        if layout.packs:
+            indices, fill = _best_rows(sizes, capacity)
+        else:
+            indices, fill = [[i] for i in range(len(sizes))], list(sizes)
+        rows = [[_Unit([i], 0, sizes[i]) for i in row] for row in indices]
     width = max(fill)
     shape = (len(rows), width)
     # Filled as flat Python lists and turned into tensors once per field: writing each
@@ -210,32 +298,50 @@ def pack(sequences: list[Sequence], capacity: int, pad_id: int, layout: Layout) 
     ids, positions, owners = [pad_id] * size, [0] * size, [-1] * size
     targets, mask = [0] * size, [0.0] * size
     advantages, old = [0.0] * size, [0.0] * size
-    for r, members in enumerate(rows):
+    # The sequence whose slots each slot may see besides its own: a shared prompt's
+    # (ids from len(sequences) on), or -2 (none; never an owner, not even padding's -1).
+    sees = None if shared is None else [-2] * size
+    prompts = 0
+    for r, units in enumerate(rows):
         offset = r * width
-        for index in members:
-            seq = sequences[index]
-            tokens = seq.tokens
-            n, p = len(tokens), seq.prompt_len
-            end = offset + n
-            ids[offset:end] = tokens
-            positions[offset:end] = range(n)
-            owners[offset:end] = [index] * n
-            # Position i predicts token i + 1 of the same sequence.
-            targets[offset : end - 1] = tokens[1:]
-            # Position 0 predicts nothing of its own sequence's past: with no prompt
-            # token the first completion token cannot be trained on.
-            first = offset + (0 if seq.train_prompt else max(p - 1, 0))
-            mask[first : end - 1] = [1.0] * (end - 1 - first)
-            advantages[first : end - 1] = [float(seq.advantage)] * (end - 1 - first)
-            if seq.old_logprobs is not None:
-                if len(seq.old_logprobs) != n - p:  # a list slice would silently resize
-                    raise ValueError(
-                        f"sequence {index} has {n - p} completion tokens but "
-                        f"{len(seq.old_logprobs)} sampling logprobs"
-                    )
-                skip = 1 if p == 0 else 0  # (the untrainable first token, as above)
-                old[offset + p - 1 + skip : end - 1] = seq.old_logprobs[skip:]
-            offset = end
+        for unit in units:
+            prompt_id = -2
+            if unit.shared:
+                prompt_id = len(sequences) + prompts
+                prompts += 1
+                tokens = sequences[unit.members[0]].tokens
+                end = offset + unit.shared
+                ids[offset:end] = tokens[: unit.shared]
+                positions[offset:end] = range(unit.shared)
+                owners[offset:end] = [prompt_id] * unit.shared
+                targets[offset:end] = tokens[1 : unit.shared + 1]
+                offset = end
+            for index in unit.members:
+                seq = sequences[index]
+                tokens = seq.tokens
+                n, p, skip = len(tokens), seq.prompt_len, unit.shared
+                # Slot j holds token skip + j, at its own position, and predicts the next.
+                end = offset + n - skip
+                ids[offset:end] = tokens[skip:]
+                positions[offset:end] = range(skip, n)
+                owners[offset:end] = [index] * (n - skip)
+                if sees is not None:
+                    sees[offset:end] = [prompt_id] * (n - skip)
+                targets[offset : end - 1] = tokens[skip + 1 :]
+                # Position 0 predicts nothing of its own sequence's past: with no prompt
+                # token the first completion token cannot be trained on.
+                first = offset - skip + (0 if seq.train_prompt else max(p - 1, 0))
+                mask[first : end - 1] = [1.0] * (end - 1 - first)
+                advantages[first : end - 1] = [float(seq.advantage)] * (end - 1 - first)
+                if seq.old_logprobs is not None:
+                    if len(seq.old_logprobs) != n - p:  # a list slice would silently resize
+                        raise ValueError(
+                            f"sequence {index} has {n - p} completion tokens but "
+                            f"{len(seq.old_logprobs)} sampling logprobs"
+                        )
+                    lead = 1 if p == 0 else 0  # (the untrainable first token, as above)
+                    old[offset - skip + p - 1 + lead : end - 1] = seq.old_logprobs[lead:]
+                offset = end
     input_ids = torch.tensor(ids, dtype=torch.long).view(shape)
     position_ids = torch.tensor(positions, dtype=torch.long).view(shape)
     seq_ids = torch.tensor(owners, dtype=torch.long).view(shape)
@@ -253,4 +359,5 @@ def pack(sequences: list[Sequence], capacity: int, pad_id: int, layout: Layout) 
         old_logprobs=old_logprobs,
         real_tokens=sum(fill),
         layout=layout,
+        sees_ids=None if sees is None else torch.tensor(sees, dtype=torch.long).view(shape),
     )

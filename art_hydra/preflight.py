@@ -491,6 +491,18 @@ def backend_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem
                 fix({"backend.device": "auto"}, "the GPU when there is one, else the CPU"),
             )
         )
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if devices_here and backend.cpu_threads is not None and cores and backend.cpu_threads > cores:
+        problems.append(
+            _world(
+                "backend.cpu_threads",
+                backend.cpu_threads,
+                f"this process may use {cores} core(s): more threads than cores take turns "
+                "on them, and every parallel op waits for the one left out.",
+                fix({"backend.cpu_threads": cores}, alt=fix({"backend.cpu_threads": None})),
+                warning=True,
+            )
+        )
     return problems
 
 

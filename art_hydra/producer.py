@@ -177,6 +177,7 @@ class RLProducer:
         self.rl = rl_cfg
         self.timeouts = timeouts_cfg
         self.log_completions = producer_cfg.log_completions
+        self.share_prompts = producer_cfg.share_prompts
         self.groups = completions_per_step // rl_cfg.num_generations
         self.capacity = capacity
         self.sampling = sampling
@@ -227,7 +228,7 @@ class RLProducer:
         self.sample_ahead()
         mini = self.pending.pop(0)
         pad = self.loaded.tokenizer.pad_token_id
-        batch = pack(mini.sequences, self.capacity, pad, self.loaded.layout)
+        batch = pack(mini.sequences, self.capacity, pad, self.loaded.layout, self.share_prompts)
         batch.step_loss_tokens = batch.loss_tokens
         batch.info = dict(mini.info)
         batch.samples = list(mini.samples)
@@ -386,6 +387,7 @@ class SFTProducer:
         self.batch_size = batch_size
         self.accumulation = accumulation
         self.capacity = min(capacity, sft_cfg.max_length)
+        self.share_prompts = producer_cfg.share_prompts
         self.stream = ExampleStream(task.examples, seed, producer_cfg.shuffle)
         self.sequences = {ex: self._sequence(ex) for ex in task.examples}
         longest = max(len(s.tokens) for s in self.sequences.values())
@@ -421,6 +423,7 @@ class SFTProducer:
                 self.capacity,
                 pad,
                 self.loaded.layout,
+                self.share_prompts,
             )
             for _ in range(self.accumulation)
         ]

@@ -199,6 +199,9 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
     from art_hydra.queue import StepChannel
 
     hf_logging.disable_progress_bar()  # our own bar, and quiet logs
+    if cfg.backend.cpu_threads is not None:
+        # Before the trainer's thread starts: it takes this count at its first torch op.
+        torch.set_num_threads(cfg.backend.cpu_threads)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     is_rl = cfg.algorithm.name == AlgorithmName.rl

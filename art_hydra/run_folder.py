@@ -41,8 +41,9 @@ STATE_FILE = Path("trainer_state") / "state.json"
 _STEP = re.compile(r"^step-(\d+)$")
 
 #: Keys a resume may change: how long the run goes on, how it reports and saves, how long
-#: its waits last. Everything else is what the checkpoint's weights, optimizer state,
-#: data order and metrics depend on.
+#: its waits last, how many CPU threads compute (float rounding only, as on another
+#: machine). Everything else is what the checkpoint's weights, optimizer state, data
+#: order and metrics depend on.
 MAY_CHANGE_ON_RESUME = (
     "trainer.max_steps",
     "checkpoint.every_steps",
@@ -51,11 +52,27 @@ MAY_CHANGE_ON_RESUME = (
     "queue.*",
     "timeouts.*",
     "producer.log_completions",
+    "backend.cpu_threads",
     "resume",
     "dry_run",
     "strict",
 )
 
+
+#: Keys added after run folders were first written (10222b5), each with the value that
+#: does what the code did before the key existed: a saved config without one is compared
+#: as if it held that value, so an older run resumes under the behaviour it was trained
+#: with (or is refused, naming the key and that value).
+ADDED_LATER: dict[str, Any] = {
+    "rl.num_iterations": 1,
+    "rl.steps_per_generation": 1,
+    "rl.overlap_rollouts": False,
+    "producer.share_prompts": False,
+    "backend.cpu_threads": None,
+    "distributed.world_size": 1,
+    "distributed.backend": "auto",
+    "distributed.timeout_s": 300.0,
+}
 
 #: Switches of one invocation, not settings of the run: never recorded as a change.
 _SWITCHES = ("resume", "dry_run")
@@ -245,8 +262,10 @@ def plain(cfg: DictConfig) -> dict[str, Any]:
 
 
 def differences(saved: dict[str, Any], cfg: DictConfig) -> list[tuple[str, Any, Any]]:
-    """``(key, saved value, new value)`` for every key that differs."""
+    """``(key, saved value, new value)`` for every key that differs (see
+    :data:`ADDED_LATER` for keys the saved config predates)."""
     old, new = _flat(saved), _flat(plain(cfg))
+    old = {**{k: v for k, v in ADDED_LATER.items() if k in new}, **old}
     keys = sorted(set(old) | set(new))
     return [(k, old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)]
 

@@ -119,6 +119,9 @@ def build_optimizer(model: Any, trainer_cfg: Any) -> tuple[Any, Any]:
         betas=(trainer_cfg.adam_beta1, trainer_cfg.adam_beta2),
         eps=trainer_cfg.adam_epsilon,
         weight_decay=trainer_cfg.weight_decay,
+        # One kernel for all parameters instead of ~10 ops per tensor (4x faster on the
+        # tiny model); torch has it for CPU and CUDA tensors.
+        fused=all(p.device.type in ("cpu", "cuda") for p in params) or None,
     )
     scheduler = get_scheduler(
         trainer_cfg.lr_scheduler_type.value,

@@ -48,6 +48,11 @@ TRL tokenizes the plain-text prompts itself (the tiny tokenizer has no chat temp
 and decodes completions without special tokens before the reward, as art_hydra does.
 
 Usage: python bench/vs_trl.py [--steps 300] [--pairs 3] [--seeds 0,1,2] [--load 0]
+[--art KEY=VALUE ...] [--baseline DIR]
+
+``--baseline DIR`` adds a third side, art_hydra imported from another checkout (before
+and after a change: ``git worktree add ../before <commit>`` then
+``--baseline ../before``), interleaved with the other two.
 (needs the ``bench`` extra: pip install -e '.[bench]').
 """
 
@@ -60,7 +65,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -116,34 +120,24 @@ def art_overrides(model_dir: Path, data: Path, steps: int, seed: int) -> list[st
 
 
 def _art_child(args: argparse.Namespace, out: Path) -> None:
-    """One art_hydra run in this process; a watcher thread stamps each metrics line."""
+    """One art_hydra run in this process, stamped as each step's metrics are logged (the
+    counterpart of TRL's ``on_step_end`` callback)."""
     from art_hydra import compose, train
+    from art_hydra.metrics import MetricsLog
 
     run_dir = out.parent / "art_run"
-    metrics = run_dir / "metrics.jsonl"
     stamps: list[tuple[int, float, float]] = []
-    done = threading.Event()
+    log = MetricsLog.log
 
-    def watch() -> None:
-        seen, size = 0, -1
-        while not done.is_set():
-            now = metrics.stat().st_size if metrics.exists() else -1
-            if now != size:  # read only when a line was added: the GIL is the run's
-                size = now
-                count = metrics.read_text().count("\n")
-                if count > seen:  # steps that ended within one poll share its stamp
-                    now_t, now_c = time.perf_counter(), time.process_time()
-                    stamps.extend((step, now_t, now_c) for step in range(seen + 1, count + 1))
-                    seen = count
-            time.sleep(0.002)
+    def stamped(self: MetricsLog, record: dict[str, Any]) -> None:
+        stamps.append((record["step"], time.perf_counter(), time.process_time()))
+        log(self, record)
 
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    cfg = compose(art_overrides(Path(args.model), Path(args.data), args.steps, args.seed))
+    MetricsLog.log = stamped  # type: ignore[method-assign]
+    overrides = art_overrides(Path(args.model), Path(args.data), args.steps, args.seed)
+    cfg = compose([*overrides, *args.art])
     train(cfg, run_dir=run_dir)
-    done.set()
-    watcher.join()
-    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     out.write_text(
         json.dumps(
             {
@@ -246,16 +240,22 @@ def _trl_child(args: argparse.Namespace, out: Path) -> None:
 
 
 def run_side(side: str, args: argparse.Namespace, seed: int, work: Path) -> dict[str, Any]:
-    """One run of ``side`` in a fresh process; its figures."""
+    """One run of ``side`` in a fresh process; its figures. The ``baseline`` side is
+    art_hydra imported from ``--baseline`` (another checkout)."""
+    env = dict(os.environ)
+    if side == "baseline":
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.baseline, env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(dir=work) as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [sys.executable, __file__, "--child", side, "--out", str(out)]
+        child = "trl" if side == "trl" else "art"
+        cmd = [sys.executable, __file__, "--child", child, "--out", str(out)]
         cmd += ["--model", args.model, "--data", args.data]
         cmd += ["--steps", str(args.steps), "--seed", str(seed)]
+        cmd += [f"--art={override}" for override in args.art]
         log = Path(tmp) / "stderr.txt"
         started = time.perf_counter()
         with log.open("wb") as err_file:  # a file, not a pipe: wait4 cannot block on it
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file)
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file, env=env)
             _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -305,6 +305,18 @@ def _summary(values: list[Any], fmt: str) -> str:
     return f"{format(med, fmt)} ({format(min(values), fmt)}-{format(max(values), fmt)})"
 
 
+ROWS = [
+    ("steady optimizer steps/s", "steps_per_s", ".2f"),
+    ("trained tokens/s", "tokens_per_s", ",.0f"),
+    (f"step reaching reward {TARGET} ({WINDOW}-step mean)", "target_step", ".0f"),
+    ("seconds to that step (from start)", "target_s", ".1f"),
+    ("mean reward, last 10 steps", "final_reward", ".3f"),
+    ("CPU seconds per steady step", "cpu_s_per_step", ".3f"),
+    ("peak resident memory (MB)", "peak_mb", ",.0f"),
+    ("wall seconds per run", "wall_s", ".1f"),
+]
+
+
 def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> None:
     import torch
     import transformers
@@ -318,19 +330,10 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
     print(
         f"work: {args.steps} steps x 128 completions (16 x 8), 8 new tokens, "
         f"{args.pairs} pair(s), seeds {args.seeds}, {args.load} CPU burner(s) beside"
+        + (f"; art_hydra with {' '.join(args.art)}" if args.art else "")
     )
-    rows = [
-        ("steady optimizer steps/s", "steps_per_s", ".2f"),
-        ("trained tokens/s", "tokens_per_s", ",.0f"),
-        (f"step reaching reward {TARGET} ({WINDOW}-step mean)", "target_step", ".0f"),
-        ("seconds to that step (from start)", "target_s", ".1f"),
-        ("mean reward, last 10 steps", "final_reward", ".3f"),
-        ("CPU seconds per steady step", "cpu_s_per_step", ".3f"),
-        ("peak resident memory (MB)", "peak_mb", ",.0f"),
-        ("wall seconds per run", "wall_s", ".1f"),
-    ]
     print(f"{'':46} {'art_hydra':>24} {'TRL':>24} {'ratio':>8}")
-    for label, key, fmt in rows:
+    for label, key, fmt in ROWS:
         a = [r[key] for r in results["art"]]
         t = [r[key] for r in results["trl"]]
         am = [v for v in a if v is not None]
@@ -341,6 +344,18 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
             else "-"
         )
         print(f"{label:46} {_summary(a, fmt):>24} {_summary(t, fmt):>24} {ratio:>8}")
+
+
+def report_baseline(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> None:
+    print(f"\nbaseline: art_hydra from {args.baseline}, interleaved with the two sides above")
+    print(f"{'':46} {'baseline':>24} {'baseline / TRL':>16} {'art_hydra / baseline':>22}")
+    for label, key, fmt in ROWS:
+        b = [r[key] for r in results["baseline"] if r[key] is not None]
+        a = [r[key] for r in results["art"] if r[key] is not None]
+        t = [r[key] for r in results["trl"] if r[key] is not None]
+        vs_trl = f"{statistics.median(b) / statistics.median(t):.2f}x" if b and t else "-"
+        vs_base = f"{statistics.median(a) / statistics.median(b):.2f}x" if a and b else "-"
+        print(f"{label:46} {_summary(b, fmt):>24} {vs_trl:>16} {vs_base:>22}")
 
 
 #: The earliest TRL can refuse 12 completions in groups of 8: building its config.
@@ -373,6 +388,19 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--load", type=int, default=0, help="CPU-burning processes beside")
+    parser.add_argument(
+        "--art",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override for art_hydra's side (repeatable), e.g. backend.cpu_threads=1",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also run art_hydra from this checkout (e.g. a git worktree of an older "
+        "commit), interleaved, and print its figures and ratios",
+    )
     parser.add_argument("--child", choices=["art", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
@@ -391,15 +419,16 @@ def main() -> None:
             work = Path(tmp)
             model_dir, data = prepare(work)
             args.model, args.data = str(model_dir), str(data)
-            results: dict[str, list[dict[str, Any]]] = {"art": [], "trl": []}
+            results: dict[str, list[dict[str, Any]]] = {"art": [], "trl": [], "baseline": []}
+            sides = ("art", "trl", "baseline") if args.baseline else ("art", "trl")
             for i in range(args.pairs):
                 seed = seeds[i % len(seeds)]
-                order = ("art", "trl") if i % 2 == 0 else ("trl", "art")
+                order = sides if i % 2 == 0 else sides[::-1]
                 for side in order:
                     results[side].append(run_side(side, args, seed, work))
                     r = results[side][-1]
                     print(
-                        f"pair {i + 1} seed {seed} {side:>3}: {r['steps_per_s']:.2f} steps/s, "
+                        f"pair {i + 1} seed {seed} {side}: {r['steps_per_s']:.2f} steps/s, "
                         f"target at step {r['target_step']}, {r['wall_s']:.1f} s",
                         flush=True,
                     )
@@ -412,6 +441,8 @@ def main() -> None:
         f"{'refusing a batch of 12 in groups of 8 (s)':46} {art_s:>24.2f} {trl_s:>24.2f} "
         f"{art_s / trl_s:>7.2f}x"
     )
+    if args.baseline:
+        report_baseline(results, args)
 
 
 if __name__ == "__main__":

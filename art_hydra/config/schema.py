@@ -191,6 +191,11 @@ class BackendConfig:
     device: Device = Device.auto
     # Trade compute for memory by recomputing activations in backward.
     gradient_checkpointing: bool = False
+    # Threads torch computes with on the CPU (null: torch's default, one per core). Where
+    # other work keeps the cores busy, 1 is far faster: every parallel op waits for its
+    # slowest thread, and a thread the OS has put aside stalls it (4.7x on 2 busy cores).
+    # A resume may change it; like another machine, it changes float rounding only.
+    cpu_threads: int | None = bounded(None, ge=1)
 
 
 @dataclass
@@ -303,6 +308,11 @@ class ProducerConfig:
     shuffle: bool = True
     # Completions per step saved to completions.jsonl in the run directory, for inspection.
     log_completions: int = bounded(2, ge=0)
+    # Lay sequences that share a prompt (a group's completions) out behind one copy of it,
+    # each attending to that copy and to itself: the same loss and gradient, with the
+    # prompt computed once per group instead of once per completion. Only where rows pack
+    # (the run log names the layout); false repeats the prompt for every completion.
+    share_prompts: bool = True
 
 
 _TIMEOUT_WHY = (

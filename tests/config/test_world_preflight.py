@@ -4,13 +4,14 @@ and without importing torch."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from art_hydra import ConfigValidationError, Kind, compose
+from art_hydra import ConfigValidationError, Kind, Severity, compose
 from art_hydra.preflight import cuda_present, world_problems
 from art_hydra.run_folder import write_manifest, write_run_config
 
@@ -263,11 +264,35 @@ def test_resume_names_every_key_that_differs_and_allows_extending(tmp_path: Path
     run = tmp_path / "run"
     _finished_run(run, ["trainer.max_steps=2"])
     assert _world(["trainer.max_steps=50", "resume=true", "logging.progress_bar=off"], run) == {}
+    assert _world(["resume=true", "trainer.max_steps=50", "backend.cpu_threads=1"], run) == {}
     found = _world(["resume=true", "rl.temperature=0.7", "seed=3", "algorithm=sft"], run)
     assert {"rl.temperature", "seed", "algorithm.name", "trainer.max_steps"} - {
         "trainer.max_steps"
     } <= set(found)
     assert found["seed"][0].fix.overrides() == ["seed=42"]
+
+
+def test_more_cpu_threads_than_cores_is_a_warning(tmp_path: Path) -> None:
+    cores = len(os.sched_getaffinity(0))
+    found = _world([f"backend.cpu_threads={cores + 1}"], tmp_path / "run")
+    (problem,) = found["backend.cpu_threads"]
+    assert problem.severity == Severity.warning
+    assert problem.fix.overrides() == [f"backend.cpu_threads={cores}"]
+    assert _world([f"backend.cpu_threads={cores}"], tmp_path / "run") == {}
+
+
+def test_a_run_saved_before_a_key_existed_resumes_as_it_was_trained(tmp_path: Path) -> None:
+    """producer.share_prompts came later; runs before it repeated every prompt."""
+    run = tmp_path / "run"
+    _finished_run(run, ["trainer.max_steps=2"])
+    saved = run / "run_config.yaml"
+    text = saved.read_text()
+    assert "share_prompts: true" in text
+    saved.write_text(text.replace("  share_prompts: true\n", ""))
+    found = _world(["trainer.max_steps=4", "resume=true"], run)
+    assert set(found) == {"producer.share_prompts"}
+    assert found["producer.share_prompts"][0].fix.overrides() == ["producer.share_prompts=false"]
+    assert _world(["trainer.max_steps=4", "resume=true", "producer.share_prompts=false"], run) == {}
 
 
 def test_the_world_preflight_imports_no_torch(tmp_path: Path) -> None:

@@ -107,3 +107,25 @@ def test_completions_are_saved_for_inspection(tmp_path: Path) -> None:
     train(compose([*QUICK, "trainer.max_steps=2", "producer.log_completions=3"]), run_dir=tmp_path)
     lines = (tmp_path / "completions.jsonl").read_text().splitlines()
     assert len(lines) == 2 and '"completion"' in lines[0] and '"reward"' in lines[0]
+
+
+def test_the_trainer_computes_with_the_configured_cpu_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """backend.cpu_threads reaches the thread that runs every torch op of the step."""
+    from art_hydra.trainer import Trainer
+
+    seen: list[int] = []
+    train_micro = Trainer.train_micro
+
+    def spy(self: Trainer, batch: object) -> object:
+        seen.append(torch.get_num_threads())
+        return train_micro(self, batch)
+
+    monkeypatch.setattr(Trainer, "train_micro", spy)
+    before = torch.get_num_threads()
+    try:
+        train(compose([*QUICK, "trainer.max_steps=2", "backend.cpu_threads=1"]), run_dir=tmp_path)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1, 1]

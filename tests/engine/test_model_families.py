@@ -150,6 +150,46 @@ def test_packed_unpacked_and_sampled_logprobs_agree(family: Family) -> None:
             assert torch.allclose(torch.tensor(values), alone, atol=ATOL), name
 
 
+def test_shared_prompts_agree_in_sampling_and_training(family: Family) -> None:
+    """A group's prompt read once: sampling with each prompt repeated (its cache rows
+    copied per completion) and training with one copy of it per row (where rows pack)
+    give every sequence the logprobs it has alone; training still works afterwards (no
+    tensor of sampling's inference mode reaches autograd)."""
+    name, loaded, _, _ = family
+    model, tok = loaded.model, loaded.tokenizer
+    settings = SamplingSettings(temperature=1.0, suppress_ids=suppressed_ids(tok))
+    seqs = _random_sequences(loaded, [4, 7, 3], seed=2)
+    prompts = [s.tokens for s in seqs for _ in range(3)]
+    completions, recorded = sample(
+        model,
+        prompts,
+        6,
+        settings,
+        (tok.eos_token_id,),
+        tok.pad_token_id,
+        torch.Generator().manual_seed(1),
+        left_padding=loaded.layout.left_padding,
+    )
+    group = []
+    with torch.no_grad():
+        for prompt, completion, values in zip(prompts, completions, recorded, strict=True):
+            alone = _alone(model, prompt + completion, settings)[len(prompt) - 1 :]
+            assert torch.allclose(torch.tensor(values), alone, atol=ATOL), name
+            group.append(Sequence(tokens=prompt + completion, prompt_len=len(prompt)))
+    batch = pack(group, CAPACITY, tok.pad_token_id, loaded.layout, share_prompts=True)
+    assert (batch.sees_ids is not None) == loaded.layout.packs, name
+    model.train()
+    try:
+        trained, _ = packed_logprobs(model, batch, settings)
+        trained.masked_fill(batch.loss_mask == 0, 0).sum().backward()
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.eval()
+    for index, values in enumerate(recorded):
+        where = (batch.seq_ids == index) & (batch.loss_mask > 0)
+        assert torch.allclose(trained[where].detach(), torch.tensor(values), atol=ATOL), name
+
+
 def test_every_packing_family_is_proven_here() -> None:
     assert {model_type for model_type, *_ in FAMILIES.values()} >= PROVEN_FAMILIES
 

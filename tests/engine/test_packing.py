@@ -120,3 +120,86 @@ def test_a_sequence_without_prompt_tokens_stays_in_its_own_slots() -> None:
     assert slots(0, batch.old_logprobs) == pytest.approx([-0.5, -0.6, 0.0])
     assert slots(1, batch.old_logprobs) == pytest.approx([-2.0, -3.0, 0.0])
     assert batch.loss_mask.sum() == 4  # nothing outside the two sequences
+
+
+def test_sequences_with_one_prompt_share_a_copy_of_it() -> None:
+    """Layout by hand: a group's prompt once (but its last token), each member's tokens
+    after it at the positions it would have alone, seeing the copy and itself only."""
+    a = Sequence(tokens=[1, 5, 6, 7, 8], prompt_len=3, advantage=0.5, old_logprobs=[-0.1, -0.2])
+    b = Sequence(tokens=[1, 5, 6, 9], prompt_len=3, advantage=-1.0, old_logprobs=[-0.3])
+    c = Sequence(tokens=[1, 4, 4], prompt_len=1, advantage=2.0, old_logprobs=[-1.0, -1.0])
+    batch = pack([a, b, c], capacity=12, pad_id=0, layout=PACKED, share_prompts=True)
+    #                         prompt | a's rest  | b's rest | c (no prompt to share)
+    assert batch.input_ids.tolist() == [[1, 5, 6, 7, 8, 6, 9, 1, 4, 4]]
+    assert batch.position_ids.tolist() == [[0, 1, 2, 3, 4, 2, 3, 0, 1, 2]]
+    assert batch.seq_ids.tolist() == [[3, 3, 0, 0, 0, 1, 1, 2, 2, 2]]
+    assert batch.sees_ids is not None
+    assert batch.sees_ids.tolist() == [[-2, -2, 3, 3, 3, 3, 3, -2, -2, -2]]
+    assert batch.targets.tolist() == [[5, 6, 7, 8, 0, 9, 0, 4, 4, 0]]
+    assert batch.loss_mask.tolist() == [[0, 0, 1, 1, 0, 1, 0, 1, 1, 0]]
+    old = [0, 0, -0.1, -0.2, 0, -0.3, 0, -1, -1, 0]
+    assert batch.old_logprobs[0].tolist() == pytest.approx(old)
+    assert batch.advantages[0].tolist() == pytest.approx([0, 0, 0.5, 0.5, 0, -1, 0, 2, 2, 0])
+    assert batch.real_tokens == 10 and batch.loss_tokens == 5  # 12 tokens laid out in 10
+    mask = batch.attention_mask()[0, 0]
+    assert mask[5, :2].all() and mask[5, 5] and not mask[5, 2:5].any()  # b: prompt + itself
+    assert mask[3, :4].all() and not mask[3, 4:].any()  # a: prompt + itself, causal
+    assert mask[7, 7] and not mask[7, :7].any()  # c sees only itself
+    assert mask[1, :2].all() and not mask[1, 2:].any()  # the prompt sees only itself
+    additive = pack([a, b, c], 12, 0, Layout(MaskForm.block_additive), share_prompts=True)
+    assert torch.equal(additive.attention_mask() == 0, batch.attention_mask())
+
+
+def test_prompts_are_shared_only_where_rows_pack_and_prompts_are_not_trained() -> None:
+    group = [Sequence(tokens=[1, 5, 6, 7 + i], prompt_len=3) for i in range(3)]
+    plain = pack(group, 12, 0, PACKED)
+    assert plain.sees_ids is None and plain.real_tokens == 12
+    padded = pack(group, 12, 0, Layout(MaskForm.padding), share_prompts=True)
+    assert padded.sees_ids is None and padded.input_ids.shape == (3, 4)
+    sft = [Sequence(tokens=s.tokens, prompt_len=3, train_prompt=True) for s in group]
+    trained = pack(sft, 12, 0, PACKED, share_prompts=True)
+    assert trained.sees_ids is None and trained.real_tokens == 12
+
+
+def test_a_group_too_long_for_one_row_goes_on_behind_a_copy_of_its_prompt() -> None:
+    group = [Sequence(tokens=[1, 5, 6, 7, 8, 9], prompt_len=3) for _ in range(5)]
+    batch = pack(group, capacity=12, pad_id=0, layout=PACKED, share_prompts=True)
+    # prompt (2) + 4 tokens per member: 2 members per row of 12, with a prompt copy each.
+    assert batch.input_ids.shape == (3, 10)
+    assert batch.input_ids[:, :2].tolist() == [[1, 5]] * 3
+    assert sorted(batch.seq_ids[batch.loss_mask > 0].tolist()) == sorted([0, 1, 2, 3, 4] * 3)
+
+
+def test_shared_prompts_give_the_same_logprobs_and_gradient() -> None:
+    """The tiny model, groups of 4 completions per prompt, some groups split over rows."""
+    _, loaded, _ = tiny()
+    model = loaded.model.train()
+    gen = torch.Generator().manual_seed(1)
+    vocab = len(loaded.tokenizer)
+    seqs = []
+    for group in range(5):
+        prompt = [1, *torch.randint(4, vocab, (2 + group,), generator=gen).tolist()]
+        for _ in range(4):
+            tail = torch.randint(4, vocab, (int(torch.randint(1, 7, (1,), generator=gen)),))
+            seqs.append(
+                Sequence(
+                    tokens=prompt + tail.tolist(),
+                    prompt_len=len(prompt),
+                    advantage=float(torch.randn(1, generator=gen)),
+                )
+            )
+    settings = SamplingSettings(temperature=0.9)
+    grads, logprobs = [], []
+    for share in (False, True):
+        batch = pack(seqs, capacity=24, pad_id=0, layout=loaded.layout, share_prompts=share)
+        model.zero_grad()
+        values, _ = packed_logprobs(model, batch, settings)
+        (values * batch.loss_mask * batch.advantages).sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+        logprobs.append([values[(batch.seq_ids == i) & (batch.loss_mask > 0)] for i in range(20)])
+        if share:
+            assert batch.real_tokens < sum(len(s.tokens) for s in seqs)
+            assert batch.input_ids.shape[0] > 1  # some groups went on in another row
+    for plain, shared in zip(*logprobs, strict=True):
+        assert torch.allclose(plain, shared, atol=1e-5)
+    assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6 * grads[0].abs().max())

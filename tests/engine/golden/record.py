@@ -1,9 +1,15 @@
 """Record what a short default run produces, for the bit-for-bit regression test.
 
-Run once with the code whose behaviour must be kept (recorded at commit a18e8a5, before
-PPO iterations, family-aware packing and optimizer parameter groups landed):
+Run once with the code whose behaviour must be kept:
 
     python tests/engine/golden/record.py
+
+First recorded at commit a18e8a5, before PPO iterations, family-aware packing and
+optimizer parameter groups landed (none of which changed a bit). Recorded again when
+shared prompts (``producer.share_prompts``), the fused AdamW kernel and the prompt pass
+once per distinct prompt landed: they change the order of float sums, nothing else.
+Against the first record, every step sampled the same completions with the same rewards,
+and loss, grad norm, KL and entropy moved by at most 1.8e-6 relative (2e-7 for most).
 
 It writes ``runs.json``: per configuration, every step's metrics and a SHA-256 of the
 final weights, plus the fingerprint of the machine (torch build, CPU capability) that
