@@ -197,7 +197,6 @@ class _Unit:
     members: list[int]
     #: Leading tokens written once for all members (0: one sequence, written whole).
     shared: int
-    size: int
 
 
 def _shared_rows(
@@ -235,11 +234,10 @@ def _shared_rows(
                 fill.append(0)
                 unit = None
             if unit is None:
-                unit = _Unit([], shared, shared)
+                unit = _Unit([], shared)
                 rows[-1].append(unit)
                 fill[-1] += shared
             unit.members.append(i)
-            unit.size += branch
             fill[-1] += branch
     for i in sorted(alone, key=lambda i: -len(sequences[i].tokens)):
         size = len(sequences[i].tokens)
@@ -247,7 +245,7 @@ def _shared_rows(
         if r == len(fill):
             rows.append([])
             fill.append(0)
-        rows[r].append(_Unit([i], 0, size))
+        rows[r].append(_Unit([i], 0))
         fill[r] += size
     return rows, fill
 
@@ -288,7 +286,7 @@ def pack(
             indices, fill = _best_rows(sizes, capacity)
         else:
             indices, fill = [[i] for i in range(len(sizes))], list(sizes)
-        rows = [[_Unit([i], 0, sizes[i]) for i in row] for row in indices]
+        rows = [[_Unit([i], 0) for i in row] for row in indices]
     width = max(fill)
     shape = (len(rows), width)
     # Filled as flat Python lists and turned into tensors once per field: writing each

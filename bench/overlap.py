@@ -20,13 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from runs import QUIET, step_reaching_target
+
 BIN = Path(sys.executable).parent
-QUIET = [
-    "logging.progress_bar=off",
-    "logging.tensorboard=false",
-    "logging.plot=false",
-    "checkpoint.every_steps=0",
-]
 MODES = {"synchronous": [], "overlap": ["rl.overlap_rollouts=true"]}
 
 
@@ -38,7 +34,7 @@ def run(extra: list[str], seed: int, steps: int, folder: Path) -> dict[str, floa
         raise SystemExit(f"{cmd} failed:\n{proc.stderr[-3000:]}")
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     rewards = [r["reward_mean"] for r in rows]
-    hit = next((i + 5 for i in range(len(rewards) - 4) if sum(rewards[i : i + 5]) / 5 >= 0.9), None)
+    hit = step_reaching_target(rewards)
     return {
         "steps_per_s": 1 / statistics.median(r["step_time_s"] for r in rows[len(rows) // 5 :]),
         "target_step": hit,

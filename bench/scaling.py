@@ -21,13 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from runs import QUIET
+
 BIN = Path(sys.executable).parent
-QUIET = [
-    "logging.progress_bar=off",
-    "logging.tensorboard=false",
-    "logging.plot=false",
-    "checkpoint.every_steps=0",
-]
 
 
 def run(ranks: int, batch: int, steps: int, folder: Path) -> tuple[float, float]:

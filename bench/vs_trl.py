@@ -69,10 +69,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runs import QUIET, TARGET, WINDOW, step_reaching_target
+
 #: Steps skipped before steady-state figures (allocation, caches, first compiles).
 WARM_SHARE = 0.2
-#: Reward target: the mean over this many consecutive steps.
-TARGET, WINDOW = 0.9, 5
 
 
 # ---- the identical work --------------------------------------------------------------
@@ -108,10 +108,7 @@ def art_overrides(model_dir: Path, data: Path, steps: int, seed: int) -> list[st
         "rl.max_completion_length=8",
         f"trainer.max_steps={steps}",
         f"seed={seed}",
-        "logging.progress_bar=off",
-        "logging.tensorboard=false",
-        "logging.plot=false",
-        "checkpoint.every_steps=0",
+        *QUIET,
         "producer.log_completions=0",
     ]
 
@@ -273,14 +270,7 @@ def figures(data: dict[str, Any], started: float, wall: float, peak_mb: float) -
     first = max(1, int(len(stamps) * WARM_SHARE))
     (s0, t0, c0), (s1, t1, c1) = stamps[first - 1], stamps[-1]
     rewards = data["rewards"]
-    hit = next(
-        (
-            i + WINDOW
-            for i in range(len(rewards) - WINDOW + 1)
-            if sum(rewards[i : i + WINDOW]) / WINDOW >= TARGET
-        ),
-        None,
-    )
+    hit = step_reaching_target(rewards)
     at = {s: t for s, t, _ in stamps}
     tokens = data["tokens"][s0:s1]  # the steps after s0, up to s1: the timed window
     return {

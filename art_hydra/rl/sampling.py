@@ -202,8 +202,8 @@ def _distinct(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
     return [list(p) for p in index], which
 
 
-#: Model classes whose cache cannot copy rows (found at their first prompt pass): their
-#: prompts are read once per completion from then on, without trying first.
+#: Model classes (LoRA unwrapped) whose cache cannot copy rows, found at their first
+#: prompt pass: their prompts are read once per completion from then on, without trying.
 _ROWS_FIXED: set[type] = set()
 
 
@@ -255,12 +255,11 @@ def _sample_batch(
     """
     device = next(model.parameters()).device
     distinct, which = _distinct(prompts)
-    shared = len(distinct) < len(prompts) and type(model) not in _ROWS_FIXED
     cache_arg = _cache_argument(model)
     last_only = _last_logits_only(model)
-    out = None
-    if shared:
-        ids, attention, positions = _left_padded(distinct, pad_id, device)
+
+    def prompt_pass(batch: list[list[int]]) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        ids, attention, positions = _left_padded(batch, pad_id, device)
         out = model(
             input_ids=ids,
             attention_mask=attention,
@@ -268,23 +267,21 @@ def _sample_batch(
             use_cache=True,
             **last_only,
         )
+        return out, attention, positions
+
+    out = None
+    if len(distinct) < len(prompts) and _base_class(model) not in _ROWS_FIXED:
+        out, attention, positions = prompt_pass(distinct)
         if _selectable(getattr(out, cache_arg)):
             rows = torch.tensor(which, device=device)
             getattr(out, cache_arg).batch_select_indices(rows)
             logits = out.logits[:, -1].index_select(0, rows)
             attention, positions = attention[rows], positions[rows]
         else:  # a cache that cannot copy its rows: read every copy of the prompts
-            _ROWS_FIXED.add(type(model))
+            _ROWS_FIXED.add(_base_class(model))
             out = None
     if out is None:
-        ids, attention, positions = _left_padded(prompts, pad_id, device)
-        out = model(
-            input_ids=ids,
-            attention_mask=attention,
-            position_ids=positions,
-            use_cache=True,
-            **last_only,
-        )
+        out, attention, positions = prompt_pass(prompts)
         logits = out.logits[:, -1]
     past = getattr(out, cache_arg)
     stops = torch.tensor(stop_ids, device=device)

@@ -118,6 +118,30 @@ def test_the_layout_follows_the_family(family: Family) -> None:
     assert share >= (0.95 if layout.packs else 0.75), share
 
 
+def _sampled_as_alone(
+    family: Family, prompts: list[list[int]], settings: SamplingSettings, seed: int
+) -> tuple[list[list[int]], list[list[float]]]:
+    """Sample up to 6 tokens per prompt; assert each recorded logprob is the one the
+    sequence has when run alone, and return completions and logprobs."""
+    name, loaded, _, _ = family
+    model, tok = loaded.model, loaded.tokenizer
+    completions, recorded = sample(
+        model,
+        prompts,
+        6,
+        settings,
+        (tok.eos_token_id,),
+        tok.pad_token_id,
+        torch.Generator().manual_seed(seed),
+        left_padding=loaded.layout.left_padding,
+    )
+    for prompt, completion, values in zip(prompts, completions, recorded, strict=True):
+        assert completion and len(values) == len(completion)
+        alone = _alone(model, prompt + completion, settings)[len(prompt) - 1 :]
+        assert torch.allclose(torch.tensor(values), alone, atol=ATOL), name
+    return completions, recorded
+
+
 def test_packed_unpacked_and_sampled_logprobs_agree(family: Family) -> None:
     name, loaded, _, _ = family
     model, tok = loaded.model, loaded.tokenizer
@@ -134,20 +158,7 @@ def test_packed_unpacked_and_sampled_logprobs_agree(family: Family) -> None:
             assert torch.allclose(trained[where], alone, atol=ATOL), (name, index)
 
         prompts = [s.tokens[:n] for s, n in zip(seqs, [3, 5, 8, 3, 6, 2], strict=True)]
-        completions, recorded = sample(
-            model,
-            prompts,
-            6,
-            settings,
-            (tok.eos_token_id,),
-            tok.pad_token_id,
-            torch.Generator().manual_seed(0),
-            left_padding=loaded.layout.left_padding,
-        )
-        for prompt, completion, values in zip(prompts, completions, recorded, strict=True):
-            assert completion and len(values) == len(completion)
-            alone = _alone(model, prompt + completion, settings)[len(prompt) - 1 :]
-            assert torch.allclose(torch.tensor(values), alone, atol=ATOL), name
+        _sampled_as_alone(family, prompts, settings, seed=0)
 
 
 def test_shared_prompts_agree_in_sampling_and_training(family: Family) -> None:
@@ -160,22 +171,12 @@ def test_shared_prompts_agree_in_sampling_and_training(family: Family) -> None:
     settings = SamplingSettings(temperature=1.0, suppress_ids=suppressed_ids(tok))
     seqs = _random_sequences(loaded, [4, 7, 3], seed=2)
     prompts = [s.tokens for s in seqs for _ in range(3)]
-    completions, recorded = sample(
-        model,
-        prompts,
-        6,
-        settings,
-        (tok.eos_token_id,),
-        tok.pad_token_id,
-        torch.Generator().manual_seed(1),
-        left_padding=loaded.layout.left_padding,
-    )
-    group = []
     with torch.no_grad():
-        for prompt, completion, values in zip(prompts, completions, recorded, strict=True):
-            alone = _alone(model, prompt + completion, settings)[len(prompt) - 1 :]
-            assert torch.allclose(torch.tensor(values), alone, atol=ATOL), name
-            group.append(Sequence(tokens=prompt + completion, prompt_len=len(prompt)))
+        completions, recorded = _sampled_as_alone(family, prompts, settings, seed=1)
+    group = [
+        Sequence(tokens=prompt + completion, prompt_len=len(prompt))
+        for prompt, completion in zip(prompts, completions, strict=True)
+    ]
     batch = pack(group, CAPACITY, tok.pad_token_id, loaded.layout, share_prompts=True)
     assert (batch.sees_ids is not None) == loaded.layout.packs, name
     model.train()
