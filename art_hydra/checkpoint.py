@@ -27,7 +27,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from art_hydra import workers
+from art_hydra import safe_json, workers
 from art_hydra.errors import StallError, WriteError
 from art_hydra.run_folder import checkpoint_folders, latest_intact, write_manifest
 
@@ -163,7 +163,7 @@ class Checkpointer:
         """Restore the weights and each component's state from ``path``; the step."""
         loaded.load_weights(path)
         state_dir = path / STATE_DIR
-        state = json.loads((state_dir / "state.json").read_text())
+        state = safe_json.read(state_dir / "state.json")  # bounded: a folder may be tampered
         for name, component in components.items():
             component.load_state_dict(load_file(state_dir / f"{name}.safetensors"), state[name])
         _restore_process_rng(load_file(state_dir / "rng.safetensors"))

@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from art_hydra import run_folder
+from art_hydra import run_folder, safe_json
 from art_hydra.config.composition import Composition
 from art_hydra.config.problems import Kind, Problem, Severity, fix
 from art_hydra.config.schema import (
@@ -35,6 +35,7 @@ from art_hydra.config.schema import (
     TaskSource,
 )
 from art_hydra.config.targets import TargetError
+from art_hydra.safe_paths import file_refusal, path_refusal
 from art_hydra.tasks.base import data_rules, generate_examples, resolve_task_code
 from art_hydra.tasks.examples import Example, TaskDataError
 from art_hydra.tasks.jsonl import scan_jsonl
@@ -42,6 +43,8 @@ from art_hydra.tasks.rewards import needs_answer
 
 #: Special tokens of the tiny model's tokenizer (pad, bos, eos, unk).
 _TINY_SPECIALS = 4
+#: The largest model config.json read (real ones are a few kilobytes).
+CONFIG_MAX_BYTES = 4 << 20
 #: Weight files that unpickle arbitrary objects when loaded: never loaded.
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 
@@ -177,6 +180,9 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
             reward, "task.reward._target_", ("p", "c", "a"), {}, "(prompt, completion, answer)"
         )
     if task.source == TaskSource.jsonl:
+        unreadable = _data_file_problems(str(task.path))
+        if unreadable:
+            return problems + unreadable
         stats = _jsonl_stats(cfg, reward)
         key = "task.path"
     else:
@@ -245,6 +251,23 @@ def _answer_needed_by(cfg: DictConfig, reward: Any) -> str | None:
     if reward is not None and needs_answer(reward):
         return f"the reward {cfg.task.reward._target_}"
     return None
+
+
+def _data_file_problems(path: str) -> list[Problem]:
+    """``task.path`` must name a regular file: a FIFO or ``/dev/zero`` would never end,
+    and a path no file can have (a NUL byte, an over-long name) would raise ``OSError``.
+    Decided by ``os.stat`` alone (opening a FIFO blocks until a writer comes)."""
+    reason = file_refusal(os.path.expanduser(path))
+    if reason is None:
+        return []
+    return [
+        _world(
+            "task.path",
+            path,
+            f"{reason}; task data is read from a regular JSONL file.",
+            fix(note="task.path=/path/to/data.jsonl"),
+        )
+    ]
 
 
 def _jsonl_stats(cfg: DictConfig, reward: Any) -> DataStats | str:
@@ -349,10 +372,30 @@ def _offline() -> bool:
 
 
 def model_problems(cfg: DictConfig) -> list[Problem]:
+    """A pretrained model's name: in the hub cache when offline, or a local folder with a
+    config and safetensors weights. Any ``OSError`` from the file system (a path no file
+    can have, a folder that cannot be read) becomes a problem naming ``model.name``."""
     model = cfg.model
     if model.source != ModelSource.pretrained:
         return []
     name = str(model.name)
+    refusal = path_refusal(os.path.expanduser(name))
+    if refusal is None:
+        try:
+            return _model_problems(cfg, name)
+        except OSError as exc:
+            refusal = f"cannot be read ({exc.strerror or exc})"
+    return [
+        _world(
+            "model.name",
+            name,
+            f"{refusal}.",
+            fix(note="model.name=<hub id> or model.name=/path/to/a/local/model/folder"),
+        )
+    ]
+
+
+def _model_problems(cfg: DictConfig, name: str) -> list[Problem]:
     if not _looks_local(name):
         cached = _hub_cache() / f"models--{name.replace('/', '--')}" / "snapshots"
         if _offline() and not any(cached.glob("*/config.json")):
@@ -380,12 +423,22 @@ def model_problems(cfg: DictConfig) -> list[Problem]:
                 fix(note="model.name=/absolute/path/to/model/folder"),
             )
         ]
-    if not (folder / "config.json").is_file():
+    config_refusal = file_refusal(folder / "config.json")
+    if config_refusal == "does not exist":
         return [
             _world(
                 "model.name",
                 name,
                 "is a folder without config.json, so it holds no Hugging Face model.",
+                fix(note="point model.name at the folder save_pretrained wrote"),
+            )
+        ]
+    if config_refusal is not None:
+        return [
+            _world(
+                "model.name",
+                name,
+                f"holds a config.json that {config_refusal}.",
                 fix(note="point model.name at the folder save_pretrained wrote"),
             )
         ]
@@ -422,11 +475,11 @@ def model_problems(cfg: DictConfig) -> list[Problem]:
 
 
 def _local_vocab(folder: Path) -> int | None:
-    import json
-
     try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
+        config = safe_json.read(folder / "config.json", max_bytes=CONFIG_MAX_BYTES)
+    except ValueError:
+        return None
+    if not isinstance(config, dict):
         return None
     vocab = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
     return vocab if isinstance(vocab, int) and vocab > 0 else None
@@ -518,6 +571,11 @@ def _resume_fix(key: str, old: Any) -> Any:
 
 
 def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
+    refusal = path_refusal(run_dir)  # before any os call, which would raise OSError
+    if refusal is None and path_refusal(run_dir / cfg.checkpoint.dir) is not None:
+        refusal = f"with checkpoint.dir appended {path_refusal(run_dir / cfg.checkpoint.dir)}"
+    if refusal is not None:
+        return [_world("hydra.run.dir", str(run_dir), f"{refusal}.", fix(note="a shorter path"))]
     holder = run_folder.lock_holder(run_dir) if run_dir.is_dir() else None
     if holder is not None:
         return [

@@ -27,6 +27,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from art_hydra import safe_json, safe_paths
+
 #: The resolved config the run started with (updated by each accepted resume).
 RUN_CONFIG = "run_config.yaml"
 #: One line per accepted resume: when, from which step, what changed.
@@ -113,12 +115,16 @@ def write_manifest(folder: Path, step: int) -> None:
 def verify(folder: Path) -> str | None:
     """Why a checkpoint cannot be trusted (None: every file is there with its sum)."""
     try:
-        manifest = json.loads((folder / MANIFEST).read_text())
+        manifest = safe_json.read(folder / MANIFEST)  # bounded: anyone may have written it
         sums = manifest["sha256"]
+        if not isinstance(sums, dict):
+            raise TypeError("its 'sha256' is not a JSON object")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return f"{folder / MANIFEST} cannot be read: {exc}"
     for name, expected in sums.items():
         path = folder / name
+        if safe_paths.path_refusal(path) is not None:  # would raise OSError below
+            return f"{folder / MANIFEST} names a file whose path {safe_paths.path_refusal(path)}"
         if not path.is_file():
             return f"{path} is missing"
         if _sha256(path) != expected:

@@ -3,9 +3,13 @@
 The file is streamed, never loaded whole: memory grows with the examples kept, not with
 the file. Each line is checked for size before it is decoded or parsed, so one huge
 line is refused at once (``file:line``) instead of being parsed and tokenised. Every
-problem names its ``file:line``: bytes that are not UTF-8, JSON that does not parse,
-duplicate keys (the JSON standard leaves them undefined and Python silently keeps the
-last), wrong types, and a missing answer where the reward or SFT needs one.
+problem names its ``file:line``: bytes that are not UTF-8, a ``\\ud800`` escape (a lone
+surrogate, which no tokenizer can encode), nesting deeper than
+:data:`~art_hydra.safe_json.MAX_DEPTH` (measured before parsing, which would otherwise
+recurse until ``RecursionError``), JSON that does not parse, duplicate keys (the JSON
+standard leaves them undefined and Python silently keeps the last), wrong types, and a
+missing answer where the reward or SFT needs one. Only a regular file is read (a FIFO
+or ``/dev/zero`` would never end); its total size is not bounded, as it is streamed.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from art_hydra import safe_json
+from art_hydra.safe_paths import open_regular
 from art_hydra.tasks.examples import Example, TaskDataError
 
 #: A line may take this many bytes per token of its length budget: far more than any
@@ -68,9 +74,11 @@ def _parse(raw: bytes, answer_needed_by: str | None) -> Example | str:
     except UnicodeDecodeError as exc:
         return f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
     try:
-        record = json.loads(text, object_pairs_hook=_no_duplicates)
+        record = safe_json.loads(text, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:
         return f"not valid JSON ({exc.msg} at column {exc.colno})"
+    except safe_json.JsonRefused as exc:  # too deep to parse, or a string that is not text
+        return str(exc)
     except ValueError as exc:
         return f"not valid JSON for a task: {exc}"
     if not isinstance(record, dict):
@@ -99,9 +107,9 @@ def scan_jsonl(
     scan = Scan()
     path = os.path.expanduser(path)
     try:
-        handle = open(path, "rb")  # noqa: SIM115 (closed below)
+        handle = open_regular(path)
     except OSError as exc:
-        scan.add_error(path, f"cannot open task data: {exc.strerror}")
+        scan.add_error(path, f"cannot be read as task data: {exc.strerror}")
         return scan
     with handle:
         number = 0
