@@ -83,7 +83,11 @@ def world_problems(
         if remember_pass and not any(p.is_error for p in found):
             _passed.add(key)
     if run_dir is not None:
-        found += run_folder_problems(cfg, Path(run_dir))
+        try:
+            found += run_folder_problems(cfg, Path(run_dir))
+        except OSError as exc:  # a folder that cannot be looked into: named, no traceback
+            reason = f"cannot be checked: {exc.strerror or exc} ({exc.filename or run_dir})."
+            found.append(_world("hydra.run.dir", str(run_dir), reason, fix(note="another folder")))
     if cfg.strict:
         found = [Problem(p.key, p.value, p.reason, p.fix, p.kind) for p in found]
     return found

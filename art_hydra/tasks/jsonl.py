@@ -111,32 +111,35 @@ def scan_jsonl(
     except OSError as exc:
         scan.add_error(path, f"cannot be read as task data: {exc.strerror}")
         return scan
-    with handle:
-        number = 0
-        while raw := handle.readline(max_line_bytes + 1):
-            number += 1
-            where = f"{path}:{number}"
-            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
-                size = len(raw)
-                while chunk := handle.readline(1 << 20):  # skip the rest, holding none of it
-                    size += len(chunk)
-                    if chunk.endswith(b"\n"):
-                        break
-                scan.add_error(
-                    where,
-                    f"the line has {size:,} bytes, far more than a prompt that fits "
-                    f"{limit_reason} could take (at most {max_line_bytes:,} bytes per line)",
-                )
-                continue
-            if not raw.strip():
-                continue
-            parsed = _parse(raw, answer_needed_by)
-            if isinstance(parsed, str):
-                scan.add_error(where, parsed)
-                continue
-            scan.examples += 1
-            if visit is not None:
-                visit(number, parsed)
+    try:
+        with handle:
+            number = 0
+            while raw := handle.readline(max_line_bytes + 1):
+                number += 1
+                where = f"{path}:{number}"
+                if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                    size = len(raw)
+                    while chunk := handle.readline(1 << 20):  # skip the rest, holding none of it
+                        size += len(chunk)
+                        if chunk.endswith(b"\n"):
+                            break
+                    scan.add_error(
+                        where,
+                        f"the line has {size:,} bytes, far more than a prompt that fits "
+                        f"{limit_reason} could take (at most {max_line_bytes:,} bytes per line)",
+                    )
+                    continue
+                if not raw.strip():
+                    continue
+                parsed = _parse(raw, answer_needed_by)
+                if isinstance(parsed, str):
+                    scan.add_error(where, parsed)
+                    continue
+                scan.examples += 1
+                if visit is not None:
+                    visit(number, parsed)
+    except OSError as exc:  # a failing disk, a file truncated under the scan
+        scan.add_error(path, f"reading the task data failed: {exc.strerror or exc}")
     if scan.examples == 0 and scan.error_count == 0:
         scan.add_error(path, "no examples (the file is empty)")
     return scan
