@@ -92,7 +92,8 @@ def loads(text: str, *, max_depth: int = MAX_DEPTH, **options: Any) -> Any:
     if refusal is not None:
         raise JsonRefused(refusal)
     value = json.loads(text, **options)
-    refusal = unencodable(value)
+    # Valid UTF-8 decodes to no surrogate: only a \\udXXX escape can put one in a string.
+    refusal = unencodable(value) if "\\ud" in text.lower() else None
     if refusal is not None:
         raise JsonRefused(refusal)
     return value

@@ -9,10 +9,37 @@ from hydra.errors import CompactHydraException
 
 @dataclass(frozen=True)
 class Example:
-    """One training example: a prompt and, optionally, its reference answer."""
+    """One training example: a prompt and, optionally, its reference answer.
+
+    Both are checked to be text at construction, so a generator's mistake (a number, a
+    lone surrogate such as ``"\\ud800"``, which no tokenizer can encode) is named where
+    the example is made, not as a crash in the tokenizer."""
 
     prompt: str
     answer: str | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in (("prompt", self.prompt), ("answer", self.answer)):
+            reason = _not_text(value, optional=name == "answer")
+            if reason is not None:
+                raise TaskDataError(f"an example's {name} {reason}")
+
+
+def _not_text(value: object, optional: bool) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        return f"must be a string, not {type(value).__name__}"
+    if value.isascii():  # a flag CPython keeps on every str: no scan
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"holds \\u{ord(value[exc.start]):04x} (character {exc.start + 1}), a lone UTF-16 "
+            "surrogate, which is not text"
+        )
+    return None
 
 
 class TaskDataError(CompactHydraException, ValueError):

@@ -214,3 +214,52 @@ def test_json_files_are_read_only_when_regular_and_within_bounds(tmp_path: Path)
             read(path, **options)
         assert str(path) in str(info.value)
     assert read(big) == {"x": "y" * 2000}
+
+
+def test_a_generated_example_that_is_not_text_is_named_with_the_generator(
+    tmp_path: Path,
+) -> None:
+    """A generator's examples are checked where they are made, like a file's lines."""
+    (tmp_path / "odd_task.py").write_text(
+        "from art_hydra.tasks import Example\n"
+        "def examples(rng, num_examples, **params):\n"
+        "    yield Example(prompt='ab=', answer='ba')\n"
+        "    yield Example(prompt='a' + chr(0xD800), answer='b')\n"
+    )
+    proc = run_cli(
+        "task.allowed_modules=[odd_task]",
+        "task.generator=odd_task.examples",
+        "dry_run=true",
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path)},
+        timeout=PROMPT_S,
+    )
+    out = output_of(proc)
+    assert proc.returncode == 1
+    assert "task.generator = odd_task.examples" in out
+    assert "an example's prompt holds \\ud800 (character 2), a lone UTF-16 surrogate" in out
+
+
+@pytest.mark.slow
+def test_a_deep_checkpoint_state_is_refused_on_resume_by_name(tmp_path: Path) -> None:
+    """A checkpoint tampered consistently (its manifest rewritten to match) passes the
+    checksums; its state.json is still read within bounds and refused by name."""
+    quick = [
+        "trainer.max_steps=2",
+        "trainer.per_device_train_batch_size=16",
+        "checkpoint.every_steps=2",
+        "logging.progress_bar=off",
+        "logging.tensorboard=false",
+        "logging.plot=false",
+        "hydra.run.dir=run",
+    ]
+    assert run_cli(*quick, cwd=tmp_path).returncode == 0
+    folder = tmp_path / "run" / "checkpoints" / "step-000002"
+    state = folder / "trainer_state" / "state.json"
+    state.write_text("[" * 30_000 + "]" * 30_000)
+    write_manifest(folder, 2)
+    proc = run_cli(*quick, "trainer.max_steps=3", "resume=true", cwd=tmp_path)
+    out = output_of(proc)
+    assert proc.returncode == 1, out
+    assert f"{state} is not usable JSON: nested deeper than 64 levels" in out
+    assert "Traceback" not in out and "RecursionError" not in out
