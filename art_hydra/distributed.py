@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from art_hydra import safe_json
 from art_hydra.errors import RunStopped
 from art_hydra.run_folder import pid_alive
 
@@ -158,7 +159,9 @@ def describe_others(world: World) -> str:
             continue
         path = world.run_dir / STATUS_DIR / f"rank{rank}.json"
         try:
-            record = json.loads(path.read_text())
+            record = safe_json.read(path)  # bounded: a regular file, depth, size
+            if not isinstance(record, dict):
+                raise ValueError(f"{path} holds no JSON object")
         except (OSError, ValueError):
             notes.append(f"rank {rank} never reported")
             continue

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from art_hydra import safe_json
+
 METRICS_FILE = "metrics.jsonl"
 
 log = logging.getLogger(__name__)
@@ -29,7 +31,7 @@ def _parse_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = safe_json.loads(line)  # bounded depth: a tampered line is dropped
         except ValueError:
             torn.append(number)
             continue

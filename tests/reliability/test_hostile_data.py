@@ -16,6 +16,7 @@ from conftest import output_of, run_cli
 from omegaconf import OmegaConf
 
 from art_hydra import compose
+from art_hydra.metrics import read_metrics
 from art_hydra.preflight import world_problems
 from art_hydra.run_folder import write_manifest
 from art_hydra.safe_json import JsonRefused, read
@@ -263,3 +264,11 @@ def test_a_deep_checkpoint_state_is_refused_on_resume_by_name(tmp_path: Path) ->
     assert proc.returncode == 1, out
     assert f"{state} is not usable JSON: nested deeper than 64 levels" in out
     assert "Traceback" not in out and "RecursionError" not in out
+
+
+def test_a_deep_metrics_line_is_dropped_not_a_recursion_error(tmp_path: Path) -> None:
+    """metrics.jsonl is read back on resume; a tampered line is dropped like a torn one."""
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step": 1, "loss": 0.5}\n' + "[" * 30_000 + "]" * 30_000 + '\n{"step": 2, "loss": 0.4}\n'
+    )
+    assert [row["step"] for row in read_metrics(tmp_path)] == [1, 2]
