@@ -575,11 +575,10 @@ def _resume_fix(key: str, old: Any) -> Any:
 
 
 def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
-    refusal = path_refusal(run_dir)  # before any os call, which would raise OSError
-    if refusal is None and path_refusal(run_dir / cfg.checkpoint.dir) is not None:
-        refusal = f"with checkpoint.dir appended {path_refusal(run_dir / cfg.checkpoint.dir)}"
-    if refusal is not None:
-        return [_world("hydra.run.dir", str(run_dir), f"{refusal}.", fix(note="a shorter path"))]
+    own, inner = path_refusal(run_dir), path_refusal(run_dir / cfg.checkpoint.dir)
+    if own or inner:  # before any os call, which would raise OSError
+        reason = own or f"with checkpoint.dir={cfg.checkpoint.dir} appended, {inner}"
+        return [_world("hydra.run.dir", str(run_dir), f"{reason}.", fix(note="a shorter path"))]
     holder = run_folder.lock_holder(run_dir) if run_dir.is_dir() else None
     if holder is not None:
         return [

@@ -123,8 +123,8 @@ def score_batch(
 
     worker = workers.start(work, "reward")
     worker.join(timeout_s)
-    example, completion = pairs[progress["index"]]
     if worker.is_alive():
+        example, completion = pairs[progress["index"]]
         raise RewardError(
             f"the reward {name} did not finish scoring a batch of {len(pairs)} completions "
             f"within {timeout_s:g}s (timeouts.reward_s); it was {progress['doing']} "
@@ -132,6 +132,7 @@ def score_batch(
         )
     if failure:
         why, exc = failure[0]
+        example, completion = pairs[progress["index"]]
         raise RewardError(
             f"the reward {name} {why} for {_where(example, completion)}"
             + (
