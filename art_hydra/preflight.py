@@ -576,8 +576,8 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
             _world(
                 "hydra.run.dir",
                 str(run_dir),
-                f"{unfit}; a run writes, and deletes its own temporary files, inside its "
-                "folder only.",
+                f"{unfit}. A run folder holds one run's files and nothing else: the run "
+                "writes and prunes there, and must never touch what it did not create.",
                 fix(note=_NEW_FOLDER),
             )
         ]
