@@ -55,7 +55,7 @@ COMPLETIONS = "completions.jsonl"
 #: Hydra's record of a job, written by Hydra itself into ``hydra.output_subdir``.
 HYDRA_RECORD = ".hydra"
 #: Where Hydra writes a job's record until the job holds the run folder's lock
-#: (``hydra.output_subdir`` in conf/hydra/output/outputs.yaml): a job refused for a busy
+#: (``hydra.output_subdir`` in conf/config.yaml): a job refused for a busy
 #: folder then never touches the ``.hydra/`` of the run that holds it.
 PENDING_PREFIX = ".hydra-pending-"
 
@@ -124,10 +124,14 @@ def open_record(path: Path, flags: int, mode: int = 0o644) -> int:
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
     except OSError as exc:
-        if entry_kind(path) == "link":
-            raise _unsafe(path, "a symbolic link") from None
-        if entry_kind(path) == "other":
-            raise _unsafe(path, "a FIFO, socket or device") from None
+        kind = entry_kind(path)
+        what = {
+            "link": "a symbolic link",
+            "other": "a FIFO, socket or device",
+            "folder": "a folder",
+        }
+        if kind in what:
+            raise _unsafe(path, what[kind]) from None
         raise exc
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
@@ -299,6 +303,8 @@ def verify(folder: Path) -> str | None:
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
         sums = manifest["sha256"]
+        if not isinstance(sums, dict):
+            raise TypeError(f"its sha256 entry is a {type(sums).__name__}, not a mapping")
         listed = {str(name) for name in sums}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         return f"{folder / MANIFEST} cannot be read: {exc}"
@@ -549,6 +555,10 @@ def detach_logs(run_dir: Path) -> None:
     inside = os.path.realpath(run_dir) + os.sep
     for handler in list(root.handlers):
         name = getattr(handler, "baseFilename", None)
-        if isinstance(handler, logging.FileHandler) and name and name.startswith(inside):
+        if (
+            isinstance(handler, logging.FileHandler)
+            and name
+            and os.path.realpath(name).startswith(inside)
+        ):
             root.removeHandler(handler)
             handler.close()

@@ -133,6 +133,17 @@ def test_record_files_are_never_written_through_a_link(tmp_path: Path) -> None:
     assert victim.read_text() == VICTIM_TEXT
 
 
+def test_a_fifo_planted_as_a_record_file_is_refused_without_blocking(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    os.mkfifo(run / "resumes.jsonl")  # a writer opening it would wait for a reader forever
+    with pytest.raises(UnsafePath, match="FIFO"):
+        record_resume(run, 2, [])
+    os.mkfifo(run / "run.lock")
+    with pytest.raises(UnsafePath, match="not a regular file"):
+        RunLock(run).acquire()
+
+
 def test_a_checkpoint_holding_a_file_its_manifest_does_not_list_does_not_verify(
     tmp_path: Path,
 ) -> None:
