@@ -285,3 +285,17 @@ def test_a_job_refused_for_a_busy_folder_leaves_its_record_alone(tmp_path: Path)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.communicate(timeout=60)
+
+
+@pytest.mark.slow
+def test_each_sweep_job_records_its_own_point_and_leaves_no_pending_record(
+    tmp_path: Path,
+) -> None:
+    sweep = tmp_path / "sweep"
+    proc = run_cli(
+        "-m", "seed=1,2", *SHORT, "trainer.max_steps=1", f"hydra.sweep.dir={sweep}", cwd=tmp_path
+    )
+    assert proc.returncode == 0, output_of(proc)
+    for job, seed in (("0", 1), ("1", 2)):
+        assert f"seed={seed}" in (sweep / job / ".hydra" / "overrides.yaml").read_text()
+        assert not list((sweep / job).glob(".hydra-pending-*"))
