@@ -13,12 +13,18 @@ A checkpoint is written into a temporary folder, its manifest (every file's SHA-
 written last, flushed, and renamed into place, all within ``timeouts.checkpoint_s``;
 old checkpoints are renamed aside before they are deleted, so a kill at any moment
 leaves either a whole, verifiable checkpoint or none.
+
+The checkpoint folder is the run's own: it must not be (or lie below) a symbolic link,
+and the leftovers a killed writer or pruner leaves are deleted only when their names are
+exactly the ones this module gives them (``.tmp-step-NNNNNN-<pid>``,
+``.trash-step-NNNNNN-<pid>``) and they are real folders, never through a link.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -29,10 +35,18 @@ from safetensors.torch import load_file, save_file
 
 from art_hydra import safe_json, workers
 from art_hydra.errors import StallError, WriteError
-from art_hydra.run_folder import checkpoint_folders, latest_intact, write_manifest
+from art_hydra.run_folder import (
+    UnsafePath,
+    checkpoint_folders,
+    entry_kind,
+    latest_intact,
+    write_manifest,
+)
 
 PREFIX = "step-"
 STATE_DIR = "trainer_state"
+#: The names of the leftovers a killed writer (.tmp) or pruner (.trash) leaves behind.
+_LEFTOVER = re.compile(r"^\.(tmp|trash)-step-\d{6,}-\d+$")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -75,8 +89,23 @@ class Checkpointer:
 
     def __init__(self, run_dir: Path, checkpoint_cfg: Any, timeout_s: float) -> None:
         self.cfg = checkpoint_cfg
-        self.root = Path(run_dir) / checkpoint_cfg.dir
+        self.run_dir = Path(run_dir)
+        self.root = self.run_dir / checkpoint_cfg.dir
         self.timeout_s = timeout_s
+
+    def _check_root(self) -> None:
+        """Refuse a checkpoint folder that is, or lies below, a link or a file: writing
+        and pruning there would happen outside the run folder."""
+        path = self.run_dir
+        for part in Path(os.path.normpath(self.cfg.dir)).parts:
+            path = path / part
+            kind = entry_kind(path)
+            if kind not in (None, "folder"):
+                raise UnsafePath(
+                    f"{path} (checkpoint.dir={self.cfg.dir}) is a {kind}, not a folder of the "
+                    "run: checkpoints would be written and pruned through it, outside the run "
+                    "folder. Remove it, or choose a fresh run folder (hydra.run.dir=...)."
+                )
 
     def due(self, step: int, max_steps: int) -> bool:
         every = self.cfg.every_steps
@@ -88,6 +117,7 @@ class Checkpointer:
 
     def latest(self) -> tuple[Path | None, list[str]]:
         """The newest checkpoint that verifies, and why newer ones were skipped."""
+        self._check_root()
         return latest_intact(self.root)
 
     def save(self, step: int, components: dict[str, Any], loaded: Any) -> Path:
@@ -99,8 +129,8 @@ class Checkpointer:
                 outcome["path"] = self._write(step, components, loaded)
             except BaseException as exc:
                 outcome["error"] = exc
-                for partial in self.root.glob(f".tmp-{PREFIX}{step:06d}-{os.getpid()}"):
-                    shutil.rmtree(partial, ignore_errors=True)  # give the room back
+                if not isinstance(exc, UnsafePath):
+                    self._remove_leftover(self._tmp(step))  # give the room back
 
         writer = workers.start(write, "checkpoint")
         writer.join(self.timeout_s)
@@ -117,22 +147,46 @@ class Checkpointer:
                 "timeouts.checkpoint_s for a slow disk, then resume."
             )
         error = outcome.get("error")
+        if isinstance(error, UnsafePath):
+            raise error
         if isinstance(error, (OSError, SafetensorError)):  # a full disk, a read-only folder
             raise WriteError(
                 f"writing checkpoint {PREFIX}{step:06d} in {self.root} failed: {error}; {kept}. "
                 "Free space (or fix the folder's permissions), then resume with resume=true "
-                f"hydra.run.dir={self.root.parent.resolve()} and the same overrides."
+                f"hydra.run.dir={self.run_dir.resolve()} and the same overrides."
             ) from error
         if error is not None:
             raise error
         return outcome["path"]
 
+    def _tmp(self, step: int) -> Path:
+        return self.root / f".tmp-{PREFIX}{step:06d}-{os.getpid()}"
+
+    def _remove_leftover(self, path: Path) -> None:
+        """Delete a leftover of this module's own making: its exact name, a real folder
+        (a link or anything else under that name is left alone, never followed)."""
+        if _LEFTOVER.match(path.name) and entry_kind(path) == "folder":
+            shutil.rmtree(path, ignore_errors=True)
+
     def _write(self, step: int, components: dict[str, Any], loaded: Any) -> Path:
+        self._check_root()
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / f"{PREFIX}{step:06d}"
-        tmp = self.root / f".tmp-{PREFIX}{step:06d}-{os.getpid()}"
-        for stale in [*self.root.glob(".tmp-*"), *self.root.glob(".trash-*")]:
-            shutil.rmtree(stale, ignore_errors=True)  # left by a killed writer or pruner
+        tmp = self._tmp(step)
+        for stale in self.root.iterdir():
+            self._remove_leftover(stale)  # left by a killed writer or pruner
+        if entry_kind(final) not in (None, "folder"):
+            raise UnsafePath(
+                f"{final} is a {entry_kind(final)}, not a checkpoint this run wrote; it is left "
+                "alone. Remove it, or choose a fresh run folder (hydra.run.dir=...)."
+            )
+        try:
+            os.mkdir(tmp)  # exclusively: never into something already there
+        except FileExistsError:
+            raise UnsafePath(
+                f"{tmp} is in the way (a {entry_kind(tmp)} art_hydra did not leave); it is "
+                "left alone. Remove it, then resume."
+            ) from None
         loaded.save_weights(tmp)
         state_dir = tmp / STATE_DIR
         state_dir.mkdir()
@@ -156,8 +210,9 @@ class Checkpointer:
     def _discard(self, folder: Path) -> None:
         """Rename aside, then delete: a kill half-way leaves no half checkpoint behind."""
         trash = self.root / f".trash-{folder.name}-{os.getpid()}"
+        self._remove_leftover(trash)
         os.replace(folder, trash)
-        shutil.rmtree(trash, ignore_errors=True)
+        self._remove_leftover(trash)
 
     def load(self, path: Path, components: dict[str, Any], loaded: Any) -> int:
         """Restore the weights and each component's state from ``path``; the step."""

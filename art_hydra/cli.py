@@ -65,6 +65,7 @@ def hydra_main(cfg: DictConfig) -> Any:
 
     from art_hydra.distributed import adopt_submitit_tasks
     from art_hydra.run import train
+    from art_hydra.run_folder import discard_hydra_record
 
     if adopt_submitit_tasks():
         _log_per_rank(HydraConfig.get().job.name)
@@ -77,6 +78,8 @@ def hydra_main(cfg: DictConfig) -> Any:
         if full_error() or (sweep and not isinstance(exc, Interrupted)):
             raise
         report_and_exit(exc)
+    finally:
+        discard_hydra_record()  # a job that never held the folder's lock leaves no record
 
 
 def _log_per_rank(job_name: str) -> None:

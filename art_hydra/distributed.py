@@ -32,7 +32,7 @@ from typing import Any
 
 from art_hydra import safe_json
 from art_hydra.errors import RunStopped
-from art_hydra.run_folder import pid_alive
+from art_hydra.run_folder import pid_alive, write_atomic
 
 #: Where each rank records its pid, host and state in the run folder.
 STATUS_DIR = ".ranks"
@@ -143,9 +143,9 @@ def write_status(world: World, state: str) -> None:
     folder = world.run_dir / STATUS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     record = {"rank": world.rank, "pid": os.getpid(), "host": socket.gethostname(), "state": state}
-    tmp = folder / f".rank{world.rank}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, folder / f"rank{world.rank}.json")
+    # The temp file is created exclusively: a link planted under its name is not followed.
+    tmp = f".rank{world.rank}.{os.getpid()}.tmp"
+    write_atomic(folder / f"rank{world.rank}.json", json.dumps(record), tmp_name=tmp)
 
 
 def describe_others(world: World) -> str:

@@ -1,4 +1,10 @@
-"""The run's record: metrics.jsonl, TensorBoard events, a progress bar, the final plot."""
+"""The run's record: metrics.jsonl, TensorBoard events, a progress bar, the final plot.
+
+Every file here is opened without following a symbolic link and must be a regular file
+(:func:`art_hydra.run_folder.open_record`); files rewritten whole go through an
+exclusively created temp file and a rename, so a link planted in the run folder never
+turns a write into one outside it.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from art_hydra import safe_json
+from art_hydra.run_folder import (
+    UnsafePath,
+    entry_kind,
+    exclusive_temp,
+    open_append,
+    read_record,
+    write_atomic,
+)
 
 METRICS_FILE = "metrics.jsonl"
+COMPLETIONS_FILE = "completions.jsonl"
 
 log = logging.getLogger(__name__)
 
@@ -24,10 +39,11 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 def _parse_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
     """The records of a JSONL log, and the numbers of lines that are not records (a line
     torn by a kill or a full disk)."""
-    if not path.exists():
+    text = read_record(path)
+    if text is None:
         return [], []
     rows, torn = [], []
-    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -45,18 +61,16 @@ def _parse_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
 def _truncate_after(path: Path, step: int) -> None:
     """Keep the records up to ``step`` (the resumed run writes the rest again), dropping
     torn lines with a word about each."""
-    if not path.exists():
-        return
     rows, torn = _parse_jsonl(path)
+    if not rows and not torn:
+        return
     for number in torn:
         log.warning(
             "%s:%d: dropped a torn line (a write interrupted by a kill or a full disk)",
             path,
             number,
         )
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows if r["step"] <= step))
-    os.replace(tmp, path)
+    write_atomic(path, "".join(json.dumps(r) + "\n" for r in rows if r["step"] <= step))
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -76,13 +90,20 @@ class MetricsLog:
         start = resume_step or 0
         if resume_step is not None:
             # Drop lines written after the checkpoint: the resumed run writes them again.
-            for name in (METRICS_FILE, "completions.jsonl"):
+            for name in (METRICS_FILE, COMPLETIONS_FILE):
                 _truncate_after(self.run_dir / name, resume_step)
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self._file = open_append(self.path)  # closed in close()
         self._samples: Any = None
         self._writer = None
         if logging_cfg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
+
+            events = self.run_dir / "tensorboard"
+            if entry_kind(events) not in (None, "folder"):
+                raise UnsafePath(
+                    f"{events} is a {entry_kind(events)}, not the run's own folder: the event "
+                    "files would be written through it. Remove it, or logging.tensorboard=false."
+                )
 
             self._writer = SummaryWriter(
                 log_dir=str(self.run_dir / "tensorboard"),
@@ -121,7 +142,7 @@ class MetricsLog:
         if not samples or step % self.cfg.every_steps:
             return
         if self._samples is None:
-            self._samples = open(self.run_dir / "completions.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+            self._samples = open_append(self.run_dir / COMPLETIONS_FILE)
         self._samples.write(json.dumps({"step": step, "samples": samples}) + "\n")
         self._samples.flush()
 
@@ -161,8 +182,9 @@ def plot_curve(run_dir: Path, key: str, filename: str) -> Path | None:
     ax.legend(loc="best")
     fig.tight_layout()
     target = Path(run_dir) / filename
-    tmp = target.with_name(f".{target.stem}.tmp.png")
-    fig.savefig(tmp)
+    tmp = target.with_name(f".{target.stem}.{os.getpid()}.tmp")
+    with os.fdopen(exclusive_temp(tmp), "wb") as handle:
+        fig.savefig(handle, format="png")
     plt.close(fig)
     os.replace(tmp, target)
     return target

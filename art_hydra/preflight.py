@@ -574,21 +574,74 @@ def _resume_fix(key: str, old: Any) -> Any:
     return fix({key: old}) if old is not None else fix(note=f"remove {key}")
 
 
+#: How a run folder is chosen, for a fix that names a fresh one.
+_NEW_FOLDER = "hydra.run.dir=<a new folder> (a sweep: hydra.sweep.dir=<a new folder>)"
+
+
+def busy_folder_problems(run_dir: Path) -> list[Problem]:
+    """Another live run holds the folder's lock (checked first thing in every job, before
+    the job logs or writes anything there)."""
+    if path_refusal(run_dir) is not None:
+        return []  # run_folder_problems names the path itself
+    holder = run_folder.lock_holder(run_dir) if run_dir.is_dir() else None
+    if holder is None:
+        return []
+    return [
+        _world(
+            "hydra.run.dir",
+            str(run_dir),
+            f"is in use by {run_folder.describe_holder(holder)}, whose run holds its lock "
+            f"({run_folder.LOCK}): two runs in one folder would overwrite each other's "
+            "checkpoints and mix their records.",
+            fix(note="wait for that run to end, or hydra.run.dir=<a new folder>"),
+        )
+    ]
+
+
+def _not_a_run_folder(cfg: DictConfig, run_dir: Path) -> str | None:
+    """Why ``run_dir`` cannot be a run folder (None: it can): ``/``, the home directory,
+    something that is not a folder, or a folder holding what no run writes there (a run
+    then never mixes its files with, or deletes, files it did not create)."""
+    kind = run_folder.entry_kind(run_dir)
+    if kind is None:
+        return None
+    resolved = run_dir.resolve()
+    if resolved == Path(resolved.anchor):
+        return "is the file system's root"
+    if resolved == Path.home().resolve():
+        return "is the home directory"
+    if not run_dir.is_dir():
+        return "exists and is not a folder"
+    strays = run_folder.unlisted_entries(run_dir, cfg.checkpoint.dir)
+    if strays:
+        shown = ", ".join(strays[:5]) + (f" and {len(strays) - 5} more" if len(strays) > 5 else "")
+        return f"holds entries no run writes there ({shown}): it is not a run folder"
+    links = run_folder.linked_entries(run_dir, cfg.checkpoint.dir)
+    if links:
+        return (
+            f"holds {', '.join(links)} as a symbolic link or an entry of the wrong kind: the "
+            "run would write or read through it, outside its folder"
+        )
+    return None
+
+
 def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
     own, inner = path_refusal(run_dir), path_refusal(run_dir / cfg.checkpoint.dir)
     if own or inner:  # before any os call, which would raise OSError
         reason = own or f"with checkpoint.dir={cfg.checkpoint.dir} appended, {inner}"
         return [_world("hydra.run.dir", str(run_dir), f"{reason}.", fix(note="a shorter path"))]
-    holder = run_folder.lock_holder(run_dir) if run_dir.is_dir() else None
-    if holder is not None:
+    busy = busy_folder_problems(run_dir)
+    if busy:
+        return busy
+    unfit = _not_a_run_folder(cfg, run_dir)
+    if unfit is not None:
         return [
             _world(
                 "hydra.run.dir",
                 str(run_dir),
-                f"is in use by {run_folder.describe_holder(holder)}, whose run holds its lock "
-                f"({run_folder.LOCK}): two runs in one folder would overwrite each other's "
-                "checkpoints and mix their records.",
-                fix(note="wait for that run to end, or hydra.run.dir=<a new folder>"),
+                f"{unfit}. A run folder holds one run's files and nothing else: the run "
+                "writes and prunes there, and must never touch what it did not create.",
+                fix(note=_NEW_FOLDER),
             )
         ]
     holds = run_folder.holds_run(run_dir, cfg.checkpoint.dir)

@@ -55,11 +55,18 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> dict[str, Any]:
     or a plain mapping. With ``dry_run=true`` it prints the resolved config and returns.
     """
     from art_hydra.distributed import from_environment
-    from art_hydra.preflight import world_problems
+    from art_hydra.preflight import busy_folder_problems, world_problems
 
-    cfg = validate(cfg, footer=_JOB_FOOTER)
     world = from_environment()
     folder = Path(run_dir) if run_dir is not None else default_run_dir()
+    # First of all: a job refused for a busy folder must write nothing there (not a log line).
+    busy = busy_folder_problems(folder) if world.is_main else []
+    if busy:
+        from art_hydra.run_folder import detach_logs
+
+        detach_logs(folder)
+        raise ConfigValidationError(busy, footer=_JOB_FOOTER)
+    cfg = validate(cfg, footer=_JOB_FOOTER)
     # Rank 0 alone owns the run folder; the other ranks check everything else.
     problems = world_problems(cfg, folder if world.is_main else None, trust_earlier_pass=True)
     if errors(problems):
@@ -119,7 +126,13 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
     from art_hydra import distributed
     from art_hydra.backends import prepare
     from art_hydra.interrupts import stop_on_signals
-    from art_hydra.run_folder import FolderInUse, RunLock
+    from art_hydra.run_folder import (
+        FolderInUse,
+        RunLock,
+        adopt_hydra_record,
+        detach_logs,
+        discard_hydra_record,
+    )
 
     prepare(cfg.backend)  # Unsloth must come before transformers (and torch's imports)
     from art_hydra.backends.torch_backend import resolve_device
@@ -131,12 +144,15 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
         if world.is_main:
             lock.acquire()
     except FolderInUse as exc:
+        detach_logs(run_dir)
         raise ResumeError(
             f"the run folder {run_dir} is in use by {exc}; one run per folder. Wait for it, "
             "or choose another folder (hydra.run.dir=...)"
         ) from None
     distributed.write_status(world, "running")
     try:
+        # Hydra's record of this job becomes the folder's .hydra only now, under the lock.
+        adopt_hydra_record() if world.is_main else discard_hydra_record()
         with stop_on_signals() as stop:
             summary = _train_locked(cfg, run_dir, stop, world)
     except BaseException as exc:

@@ -7,8 +7,14 @@ differ, and each accepted change is recorded in ``resumes.jsonl``). While a run 
 it holds an exclusive lock on ``run.lock`` (``flock``: released by the kernel on any
 exit, kill -9 included; the file names the holder's pid and host). Each checkpoint
 carries a manifest of its files' SHA-256 sums; only a checkpoint whose manifest verifies
-is resumed from, and checkpoints are ordered by step number, not by name. Everything
-here is plain files, no torch, so the CLI can check a folder before Hydra creates it.
+(every listed file there with its sum, and no file it does not list) is resumed from,
+and checkpoints are ordered by step number, not by name. Everything here is plain
+files, no torch, so the CLI can check a folder before Hydra creates it.
+
+A run writes inside its own folder only: the files it appends to or truncates are
+opened without following a symbolic link (``O_NOFOLLOW``) and must be regular files,
+and a file written by temp-then-rename is created exclusively (``O_EXCL``), so a link
+planted under either name cannot redirect a write to a file outside the run.
 """
 
 from __future__ import annotations
@@ -20,14 +26,19 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import socket
+import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf
 
 from art_hydra import safe_json, safe_paths
+from art_hydra.config.store import job_record_name
 
 #: The resolved config the run started with (updated by each accepted resume).
 RUN_CONFIG = "run_config.yaml"
@@ -41,6 +52,168 @@ MANIFEST = "manifest.json"
 CHECKPOINT_PREFIX = "step-"
 STATE_FILE = Path("trainer_state") / "state.json"
 _STEP = re.compile(r"^step-(\d+)$")
+COMPLETIONS = "completions.jsonl"
+#: Hydra's record of a job, written by Hydra itself into ``hydra.output_subdir``.
+HYDRA_RECORD = ".hydra"
+#: Where Hydra writes a job's record until the job holds the run folder's lock
+#: (``hydra.output_subdir`` in conf/config.yaml): a job refused for a busy
+#: folder then never touches the ``.hydra/`` of the run that holds it.
+PENDING_PREFIX = ".hydra-pending-"
+
+#: What art_hydra and Hydra write in a run folder (``*`` as in fnmatch), besides the
+#: checkpoint folder (``checkpoint.dir``): a folder holding anything else is not a run
+#: folder (``/``, a home directory, a project) and is refused as one. A file added to
+#: the run folder by a new feature must be named here.
+RUN_ENTRIES = (
+    HYDRA_RECORD,
+    f"{PENDING_PREFIX}*",
+    ".hydra-aside-*",
+    "*.log",
+    RUN_CONFIG,
+    f".{RUN_CONFIG}.*.tmp",
+    RESUMES,
+    METRICS,
+    COMPLETIONS,
+    f".{METRICS}.*.tmp",
+    f".{COMPLETIONS}.*.tmp",
+    "tensorboard",
+    "reward.png",
+    "loss.png",
+    ".reward.*.tmp",
+    ".loss.*.tmp",
+    LOCK,
+    ".ranks",
+    # A sweep's own files, where a job's folder is the sweep folder (hydra.sweep.subdir='').
+    "multirun.yaml",
+    ".submitit",
+)
+
+
+class UnsafePath(CompactHydraException, OSError):
+    """A path the run writes or reads is a symbolic link, or not the kind of entry the
+    run made there (a FIFO, a device, a folder for a file): the run refuses it rather
+    than write through it to something outside the run folder."""
+
+    exit_code = 1
+
+
+def _unsafe(path: Path, what: str) -> UnsafePath:
+    return UnsafePath(
+        f"{path} is {what}, not a file or folder art_hydra created: the run refuses to "
+        "write or read through it (it could point at a file outside the run folder). "
+        "Remove it, or choose a fresh run folder (hydra.run.dir=<a new folder>)."
+    )
+
+
+def entry_kind(path: Path) -> str | None:
+    """What ``path`` is without following a link: ``file``, ``folder``, ``link``,
+    ``other`` (a FIFO, socket or device), or None when nothing is there."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(mode):
+        return "link"
+    if stat.S_ISREG(mode):
+        return "file"
+    return "folder" if stat.S_ISDIR(mode) else "other"
+
+
+def open_record(path: Path, flags: int, mode: int = 0o644) -> int:
+    """Open a file of the run's record without following a link; refuse anything that is
+    not a regular file (a FIFO would block a writer forever). Returns the descriptor."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
+    except OSError as exc:
+        kind = entry_kind(path)
+        what = {
+            "link": "a symbolic link",
+            "other": "a FIFO, socket or device",
+            "folder": "a folder",
+        }
+        if kind in what:
+            raise _unsafe(path, what[kind]) from None
+        raise exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _unsafe(path, "not a regular file")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def append_text(path: Path, text: str) -> None:
+    """Append ``text`` to a record file (created if absent), never through a link."""
+    fd = open_record(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    with os.fdopen(fd, "a", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def open_append(path: Path) -> Any:
+    """A text handle appending to a record file (created if absent), never through a link."""
+    return os.fdopen(
+        open_record(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", encoding="utf-8"
+    )
+
+
+def read_record(path: Path) -> str | None:
+    """A record file's text (None when absent), never read through a link."""
+    if entry_kind(path) is None:
+        return None
+    with os.fdopen(open_record(path, os.O_RDONLY), "r", encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def exclusive_temp(path: Path) -> int:
+    """Create the temp file ``path`` for a temp-then-rename write: a leftover entry of that
+    name (a killed writer's, or a planted link) is unlinked, never followed, and the file
+    is created exclusively. Returns the descriptor, open for writing."""
+    if entry_kind(path) in ("file", "link"):
+        path.unlink()
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+
+
+def write_atomic(path: Path, data: str | bytes, tmp_name: str | None = None) -> None:
+    """Replace ``path`` with ``data`` (temp file, then rename: the rename replaces a link
+    itself, never what it points at)."""
+    tmp = path.with_name(tmp_name or f".{path.name}.{os.getpid()}.tmp")
+    raw = data.encode() if isinstance(data, str) else data
+    with os.fdopen(exclusive_temp(tmp), "wb") as handle:
+        handle.write(raw)
+    os.replace(tmp, path)
+
+
+def unlisted_entries(run_dir: Path, checkpoint_dir: str) -> list[str]:
+    """Names in ``run_dir`` that no run writes there (sorted; empty for a run folder)."""
+    own = Path(os.path.normpath(checkpoint_dir)).parts[0]
+    try:
+        names = sorted(os.listdir(run_dir))
+    except OSError:
+        return []
+    return [
+        n for n in names if n != own and not any(fnmatch.fnmatchcase(n, p) for p in RUN_ENTRIES)
+    ]
+
+
+def linked_entries(run_dir: Path, checkpoint_dir: str) -> list[str]:
+    """Entries of the run's own record that are links or of the wrong kind (a folder where
+    a file belongs, a FIFO): the run would write through them."""
+    found = []
+    folders = {HYDRA_RECORD, "tensorboard", ".ranks"}
+    for name in (LOCK, RUN_CONFIG, RESUMES, METRICS, COMPLETIONS, "reward.png", "loss.png"):
+        if entry_kind(run_dir / name) not in (None, "file"):
+            found.append(name)
+    for name in folders:
+        if entry_kind(run_dir / name) not in (None, "folder"):
+            found.append(name)
+    path = run_dir
+    for part in Path(os.path.normpath(checkpoint_dir)).parts:
+        path = path / part
+        kind = entry_kind(path)
+        if kind not in (None, "folder"):
+            found.append(str(path.relative_to(run_dir)))
+            break
+    return sorted(found)
+
 
 #: Keys a resume may change: how long the run goes on, how it reports and saves, how long
 #: its waits last, how many CPU threads compute (float rounding only, as on another
@@ -89,17 +262,21 @@ def checkpoint_step(path: Path) -> int | None:
 def checkpoint_folders(root: Path) -> list[Path]:
     """Checkpoint folders with a manifest (written last, so the write completed), oldest
     first, ordered by step number (``step-1000000`` comes after ``step-999999``)."""
-    if not root.is_dir():
+    if entry_kind(root) != "folder":
         return []
     found = [
-        p for p in root.iterdir() if checkpoint_step(p) is not None and (p / MANIFEST).is_file()
+        p
+        for p in root.iterdir()
+        if checkpoint_step(p) is not None
+        and entry_kind(p) == "folder"
+        and entry_kind(p / MANIFEST) == "file"
     ]
     return sorted(found, key=lambda p: checkpoint_step(p) or 0)
 
 
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with os.fdopen(open_record(path, os.O_RDONLY), "rb") as handle:
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
@@ -112,20 +289,42 @@ def write_manifest(folder: Path, step: int) -> None:
     (folder / MANIFEST).write_text(json.dumps({"step": step, "sha256": sums}, indent=1))
 
 
+def _entries(folder: Path) -> Iterator[tuple[str, str]]:
+    """``(path relative to folder, kind)`` of everything below ``folder`` that is not a
+    folder, without following links (a linked folder is one entry, of kind ``link``)."""
+    for top, dirs, files in os.walk(folder, followlinks=False):
+        for name in [*files, *(d for d in dirs if os.path.islink(os.path.join(top, d)))]:
+            path = Path(top) / name
+            yield str(path.relative_to(folder)), entry_kind(path) or "gone"
+
+
 def verify(folder: Path) -> str | None:
-    """Why a checkpoint cannot be trusted (None: every file is there with its sum)."""
+    """Why a checkpoint cannot be trusted (None: every file it lists is there with its
+    sum, and it holds nothing else, so loading it only ever sees what it wrote)."""
     try:
         manifest = safe_json.read(folder / MANIFEST)  # bounded: anyone may have written it
         sums = manifest["sha256"]
         if not isinstance(sums, dict):
-            raise TypeError("its 'sha256' is not a JSON object")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise TypeError(f"its sha256 entry is a {type(sums).__name__}, not a mapping")
+        listed = {str(name) for name in sums}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         return f"{folder / MANIFEST} cannot be read: {exc}"
+    for name, kind in sorted(_entries(folder)):
+        if name == MANIFEST:
+            continue
+        if name not in listed:
+            return (
+                f"{folder / name} is not listed in its manifest (added after the checkpoint "
+                "was written); it would be loaded with the checkpoint"
+            )
+        if kind != "file":
+            return f"{folder / name} is a {kind}, not the file the checkpoint wrote"
     for name, expected in sums.items():
         path = folder / name
-        if safe_paths.path_refusal(path) is not None:  # would raise OSError below
-            return f"{folder / MANIFEST} names a file whose path {safe_paths.path_refusal(path)}"
-        if not path.is_file():
+        refused = safe_paths.path_refusal(path)
+        if refused is not None:  # would raise OSError below
+            return f"{folder / MANIFEST} names a file whose path {refused}"
+        if os.path.isabs(name) or ".." in Path(name).parts or entry_kind(path) != "file":
             return f"{path} is missing"
         if _sha256(path) != expected:
             return f"{path} does not match its checksum (corrupted or truncated)"
@@ -169,15 +368,20 @@ def lock_holder(run_dir: Path) -> dict[str, Any] | None:
     process is free; a holder recorded on this host whose pid no longer exists (a
     filesystem that emulates locks badly) counts as dead too."""
     path = run_dir / LOCK
-    if not path.is_file():
+    if entry_kind(path) != "file":
+        return None  # absent, or a link the run folder check refuses: never followed
+    try:
+        fd = open_record(path, os.O_RDONLY)
+    except OSError:
         return None
-    fd = os.open(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         try:
-            holder = json.loads(path.read_text() or "{}")
+            holder = json.loads(os.pread(fd, 4096, 0).decode(errors="replace") or "{}")
         except ValueError:
+            holder = {}
+        if not isinstance(holder, dict):
             holder = {}
         if holder.get("host") == socket.gethostname() and not pid_alive(int(holder.get("pid", 0))):
             return None
@@ -197,7 +401,9 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        """Take the lock (FolderInUse if a live process holds it); ``run.lock`` is opened
+        without following a link, so a planted link cannot truncate another file."""
+        fd = open_record(self.path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -282,10 +488,7 @@ def may_change(key: str) -> bool:
 
 def write_run_config(run_dir: Path, cfg: DictConfig) -> None:
     """Record the run's config atomically (temp file, then rename)."""
-    target = run_dir / RUN_CONFIG
-    tmp = run_dir / f".{RUN_CONFIG}.{os.getpid()}.tmp"
-    tmp.write_text(run_config_text(cfg))
-    os.replace(tmp, target)
+    write_atomic(run_dir / RUN_CONFIG, run_config_text(cfg))
 
 
 def record_resume(run_dir: Path, step: int, changed: list[tuple[str, Any, Any]]) -> None:
@@ -295,5 +498,71 @@ def record_resume(run_dir: Path, step: int, changed: list[tuple[str, Any, Any]])
         "from_step": step,
         "changed": {key: [old, new] for key, old, new in changed if key not in _SWITCHES},
     }
-    with open(run_dir / RESUMES, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(entry) + "\n")
+    append_text(run_dir / RESUMES, json.dumps(entry) + "\n")
+
+
+# ---- Hydra's record of a job -------------------------------------------------------
+
+
+def _pending_record() -> Path | None:
+    """The folder Hydra wrote this job's record into, if it is a pending one of ours."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    hydra_cfg = HydraConfig.get()
+    subdir = hydra_cfg.output_subdir
+    if subdir is None or str(subdir) != job_record_name():
+        return None
+    return Path(hydra_cfg.runtime.output_dir) / str(subdir)
+
+
+def _remove_own(path: Path) -> None:
+    """Remove an entry this process made (a link is unlinked, never followed)."""
+    kind = entry_kind(path)
+    if kind == "folder":
+        shutil.rmtree(path, ignore_errors=True)
+    elif kind is not None:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def adopt_hydra_record() -> None:
+    """Make this job's pending record the folder's ``.hydra`` (called once the job holds
+    the lock): the old record is renamed aside, the pending one renamed into place."""
+    pending = _pending_record()
+    if pending is None or entry_kind(pending) != "folder":
+        return
+    target = pending.with_name(HYDRA_RECORD)
+    aside = pending.with_name(f".hydra-aside-{os.getpid()}")
+    _remove_own(aside)
+    if entry_kind(target) is not None:
+        os.replace(target, aside)
+    os.replace(pending, target)
+    _remove_own(aside)
+
+
+def discard_hydra_record() -> None:
+    """Remove this job's pending record (a job that never held the folder's lock, or a
+    rank other than 0, whose record rank 0 keeps)."""
+    pending = _pending_record()
+    if pending is not None:
+        _remove_own(pending)
+
+
+def detach_logs(run_dir: Path) -> None:
+    """Close this process's log files inside ``run_dir`` (a job refused for a busy folder:
+    nothing it or its launcher logs afterwards lands in the other run's log)."""
+    import logging
+
+    root = logging.getLogger()
+    inside = os.path.realpath(run_dir) + os.sep
+    for handler in list(root.handlers):
+        name = getattr(handler, "baseFilename", None)
+        if (
+            isinstance(handler, logging.FileHandler)
+            and name
+            and os.path.realpath(name).startswith(inside)
+        ):
+            root.removeHandler(handler)
+            handler.close()

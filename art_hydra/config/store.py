@@ -11,9 +11,11 @@ never by this package.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 from art_hydra.config.schema import RunConfig
 
@@ -49,3 +51,17 @@ def register_configs() -> None:
     store.store(
         group="hydra/sweeper", name="preflight", node=PreflightSweeperConf, provider="art_hydra"
     )
+
+
+def job_record_name() -> str:
+    """A job's ``hydra.output_subdir`` (``${art_hydra.job_record:}`` in
+    conf/hydra/output/outputs.yaml): Hydra writes the job's record into this folder of
+    the run folder, one per process, and the job renames it to ``.hydra`` only once it
+    holds the folder's lock (art_hydra.run_folder.adopt_hydra_record), so a job refused
+    for a busy folder never overwrites the running job's record."""
+    return f".hydra-pending-{os.getpid()}"
+
+
+# At import: a launcher's worker process resolves the job's hydra node before any
+# entry point runs, and it has imported this module with the task function.
+OmegaConf.register_new_resolver("art_hydra.job_record", job_record_name, replace=True)

@@ -392,3 +392,61 @@ def warmup_within_the_run(cfg: DictConfig) -> Iterator[Problem]:
             "never reaches trainer.learning_rate.",
             fix({"trainer.warmup_steps": t.max_steps // 10}),
         )
+
+
+#: What the run itself keeps in its folder: a checkpoint folder of one of these names
+#: would mix checkpoints into (and prune inside) another record.
+_RUN_RECORDS = frozenset(
+    {
+        ".hydra",
+        ".ranks",
+        ".submitit",
+        "tensorboard",
+        "run.lock",
+        "run_config.yaml",
+        "resumes.jsonl",
+        "metrics.jsonl",
+        "completions.jsonl",
+        "multirun.yaml",
+        "reward.png",
+        "loss.png",
+    }
+)
+
+
+def _checkpoint_dir_flaw(value: str) -> str | None:
+    """Why ``checkpoint.dir`` would not name a folder of its own inside the run folder."""
+    if not value.strip():
+        return "is empty: the checkpoints would land in the run folder itself."
+    if os.path.isabs(value) or value.startswith("~"):
+        return (
+            "is an absolute path (or starts with ~): checkpoints (and the pruning of old "
+            "ones) would happen outside the run folder, where another run or your own files "
+            "may be."
+        )
+    parts = os.path.normpath(value).split(os.sep)
+    if parts[0] == "..":
+        return (
+            "climbs out of the run folder with '..': checkpoints (and the pruning of old "
+            "ones) would happen outside it, where another run or your own files may be."
+        )
+    if parts[0] == ".":
+        return "names the run folder itself: checkpoints need a folder of their own."
+    if parts[0] in _RUN_RECORDS or parts[0].startswith(".hydra") or parts[0].endswith(".log"):
+        return f"puts the checkpoints inside {parts[0]}, which holds another record of the run."
+    return None
+
+
+@validator
+def checkpoints_stay_in_the_run_folder(cfg: DictConfig) -> Iterator[Problem]:
+    """A run writes inside its own folder only: ``checkpoint.dir`` is a relative folder
+    below the run folder (decided from the text alone, no file is looked at)."""
+    value = str(cfg.checkpoint.dir)
+    why = _checkpoint_dir_flaw(value)
+    if why is not None:
+        yield Problem(
+            "checkpoint.dir",
+            value,
+            f"{why} It must be a folder inside the run folder (hydra.run.dir).",
+            fix({"checkpoint.dir": "checkpoints"}),
+        )
