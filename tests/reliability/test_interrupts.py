@@ -151,26 +151,38 @@ def test_a_signal_at_start_up_ends_with_one_line_and_no_traceback(
     assert not (run / "run_config.yaml").exists() and not (run / "metrics.jsonl").exists()
 
 
+@pytest.mark.parametrize("ending", ["the step then fails", "a second signal"])
 def test_a_stop_before_the_first_checkpoint_leaves_a_folder_the_printed_command_restarts(
-    tmp_path: Path,
+    tmp_path: Path, ending: str
 ) -> None:
+    """Step 1 is held in its reward (nothing can be saved yet); the stop ends the run
+    through the held step failing, or through a second signal."""
+    env = _noisy_folder(tmp_path)
     run = tmp_path / "run"
-    proc = start_cli(*QUICK_RUN, f"hydra.run.dir={run}", cwd=tmp_path)
-    wait_for_steps(run, 2, proc)
+    (tmp_path / "block").touch()
+    proc = start_cli(*RNG_RUN, f"hydra.run.dir={run}", cwd=tmp_path, env=env)
+    _wait_for(tmp_path / "blocked", proc)
+    assert (run / "run_config.yaml").exists()  # the run had begun its record
     proc.send_signal(signal.SIGINT)
+    time.sleep(0.2)  # the handler runs between the main thread's bytecodes
+    if ending == "a second signal":
+        proc.send_signal(signal.SIGINT)
+    else:
+        (tmp_path / "release").touch()
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
-    assert "before its first checkpoint" in err
     assert not checkpoint_folders(run / "checkpoints")
     for record in ("run_config.yaml", "metrics.jsonl", "completions.jsonl", "run_identity.json"):
         assert not (run / record).exists(), record
     command = shlex.split(err.split("starts it afresh:")[1].strip().splitlines()[0])
     assert command[0] == "art-hydra" and "resume=true" not in command
     assert f"hydra.run.dir={run.resolve()}" in command
-    again = run_cli(*command[1:], cwd=tmp_path)
+    for cue in ("block", "blocked", "release"):
+        (tmp_path / cue).unlink(missing_ok=True)
+    again = run_cli(*command[1:], cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr
-    assert len((run / "metrics.jsonl").read_text().splitlines()) == 12
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 8
 
 
 def test_a_run_started_under_nohup_survives_sighup(tmp_path: Path) -> None:
