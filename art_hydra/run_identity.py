@@ -126,9 +126,11 @@ def _model(cfg: DictConfig) -> dict[str, Any]:
 def _cached_commit(name: str, revision: str) -> str | None:
     """The commit the Hugging Face cache resolves ``revision`` of ``name`` to (None when
     it is not cached, or the revision is a commit already)."""
-    from art_hydra.preflight import _hub_cache
-
-    ref = _hub_cache() / f"models--{name.replace('/', '--')}" / "refs" / revision
+    cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"),
+        "hub",
+    )
+    ref = Path(cache) / f"models--{name.replace('/', '--')}" / "refs" / revision
     try:
         return ref.read_text().strip() or None
     except OSError:

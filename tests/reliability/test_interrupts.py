@@ -178,11 +178,13 @@ def test_a_stop_before_the_first_checkpoint_leaves_a_folder_the_printed_command_
     command = shlex.split(err.split("starts it afresh:")[1].strip().splitlines()[0])
     assert command[0] == "art-hydra" and "resume=true" not in command
     assert f"hydra.run.dir={run.resolve()}" in command
+    if ending == "a second signal":
+        return  # the same folder state and command as the other ending, which runs it
     for cue in ("block", "blocked", "release"):
         (tmp_path / cue).unlink(missing_ok=True)
     again = run_cli(*command[1:], cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr
-    assert len((run / "metrics.jsonl").read_text().splitlines()) == 8
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 6
 
 
 def test_a_run_started_under_nohup_survives_sighup(tmp_path: Path) -> None:
@@ -224,7 +226,7 @@ def noisy(prompt, completion, answer):
 """
 
 RNG_RUN = [
-    "trainer.max_steps=8",
+    "trainer.max_steps=6",
     "trainer.per_device_train_batch_size=16",
     "checkpoint.every_steps=0",
     "task.allowed_modules=[noisy_reward]",
@@ -233,7 +235,7 @@ RNG_RUN = [
     "logging.tensorboard=false",
     "logging.plot=false",
 ]
-RNG_FINAL = "checkpoints/step-000008/model.safetensors"
+RNG_FINAL = "checkpoints/step-000006/model.safetensors"
 
 
 def _noisy_folder(folder: Path) -> dict[str, str]:
@@ -291,7 +293,7 @@ def test_a_step_failing_after_a_stop_request_leaves_the_last_finished_step_saved
     assert proc.returncode == 143, err
     assert "Traceback" not in err
     finished = len((run / "metrics.jsonl").read_text().splitlines())
-    assert f"stopped by SIGTERM after step {finished} of 8" in err
+    assert f"stopped by SIGTERM after step {finished} of 6" in err
     assert "then failed" in err and "ValueError" in err
     newest = checkpoint_folders(run / "checkpoints")[-1]
     assert newest.name == f"step-{finished:06d}" and verify(newest) is None
