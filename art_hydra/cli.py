@@ -50,7 +50,8 @@ def report_and_exit(exc: CompactHydraException) -> None:
         sys.stderr.write(str(exc).rstrip() + "\n")
         sys.stderr.flush()
     except OSError:  # after SIGHUP the terminal may be gone: the status still tells
-        pass
+        logging.shutdown()
+        os._exit(getattr(exc, "exit_code", 1))  # flushing it again at exit would fail (120)
     code = getattr(exc, "exit_code", 1)
     if workers.running():
         # Work that overran its bound still runs in a daemon thread (a stuck step, a hung

@@ -8,6 +8,7 @@ imported here, inside the function, never on the compose/validate path.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shlex
 import time
@@ -378,10 +379,8 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
     if stopping() or failure is not None:
         if saved_step is None and records.forget():
             log.info("no checkpoint was written: removed this run's records from %s", run_dir)
-        raise Interrupted(
-            _stopped_message(cfg, run_dir, stop.name, saved_step, world.size, failure),
-            stop.exit_code,
-        ) from failure
+        message = _stopped_message(cfg, run_dir, stop.name, saved_step, world.size, failure)
+        raise Interrupted(_in_log_files(message), stop.exit_code) from failure
     plot = (
         plot_curve(
             run_dir, "reward_mean" if is_rl else "loss", "reward.png" if is_rl else "loss.png"
@@ -572,9 +571,20 @@ def _stopped_message(
         )
     return (
         f"art_hydra stopped by {signal_name} after step {saved} of {cfg.trainer.max_steps}"
-        f"{failed or '; '}checkpoint step-{saved:06d} holds step {saved} and the metrics are "
-        f"flushed. Resume with:\n  {resume_command(run_dir, ranks)}"
+        f"{failed + 'C' if failed else '; c'}heckpoint step-{saved:06d} holds step {saved} and "
+        f"the metrics are flushed. Resume with:\n  {resume_command(run_dir, ranks)}"
     )
+
+
+def _in_log_files(message: str) -> str:
+    """Also write a stop's message to the job's log files (``<job>.log`` in the run
+    folder): after SIGHUP the terminal that would show it is gone."""
+    record = logging.LogRecord("art_hydra", logging.WARNING, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            with contextlib.suppress(Exception):
+                handler.handle(record)
+    return message
 
 
 def _seed_numpy(seed: int) -> None:

@@ -75,6 +75,33 @@ def test_a_signal_saves_the_last_step_and_prints_the_resume_command(
     assert same_weights(run / FINAL, uninterrupted / FINAL)
 
 
+def test_sighup_with_the_terminal_gone_still_saves_and_logs_the_resume_command(
+    tmp_path: Path,
+) -> None:
+    """A closed terminal: every write to it fails (the progress bar's included); the run
+    still saves its last step, exits 129, and its log file holds the resume command."""
+    run = tmp_path / "run"
+    proc = start_cli(
+        *FAULT,
+        "logging.progress_bar=on",
+        "checkpoint.every_steps=0",
+        f"hydra.run.dir={run}",
+        cwd=tmp_path,
+    )
+    wait_for_steps(run, 2, proc)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    proc.stderr.close()
+    proc.send_signal(signal.SIGHUP)
+    assert proc.wait(timeout=60) == 129
+    steps = len((run / "metrics.jsonl").read_text().splitlines())
+    newest = checkpoint_folders(run / "checkpoints")[-1]
+    assert newest.name == f"step-{steps:06d}" and verify(newest) is None
+    logged = (run / "art_hydra.log").read_text()
+    assert f"stopped by SIGHUP (terminal closed) after step {steps}" in logged
+    assert "Resume with:" in logged
+
+
 def test_a_second_ctrl_c_exits_at_once_leaving_only_whole_checkpoints(tmp_path: Path) -> None:
     run = tmp_path / "run"
     proc = start_cli(*FAULT, "checkpoint.every_steps=1", f"hydra.run.dir={run}", cwd=tmp_path)
