@@ -158,3 +158,36 @@ def test_a_changed_local_model_folder_is_refused(tmp_path: Path) -> None:
     assert [p.key for p in problems] == ["model.name"]
     assert "model.safetensors (64 -> 32 bytes)" in problems[0].reason
     assert "config.json (sha256" in problems[0].reason
+
+
+GENERATOR = """
+from art_hydra.tasks import Example
+
+
+def pairs(rng, num_examples):
+    for _ in range(num_examples):
+        word = "".join(rng.choice("abc") for _ in range(4))
+        yield Example(prompt=word, answer=word[::-1])
+"""
+
+
+def test_an_edited_generator_is_refused_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "identity_generator.py").write_text(GENERATOR)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = compose(
+        [
+            "task.allowed_modules=[identity_generator]",
+            "task.generator=identity_generator.pairs",
+            "resume=true",
+        ]
+    )
+    run = tmp_path / "run"
+    run.mkdir()
+    run_identity.record(cfg, run)
+    assert run_identity.resume_problems(cfg, run) == []
+    source = tmp_path / "identity_generator.py"
+    source.write_text(GENERATOR.replace('"abc"', '"abcd"'))
+    (problem,) = run_identity.resume_problems(cfg, run)
+    assert problem.key == "task.generator" and "source changed" in problem.reason
