@@ -4,6 +4,11 @@ Importing the package is cheap (hydra and omegaconf only); torch and the model
 libraries are imported inside the code that trains.
 """
 
+from art_hydra import interrupts as _interrupts
+
+if _interrupts.launched_as_command():  # first: a signal during the imports below exits cleanly
+    _interrupts.exit_on_signals()
+
 from art_hydra.config import (
     ConfigValidationError,
     Fix,

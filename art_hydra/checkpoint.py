@@ -69,18 +69,64 @@ def _fsync_tree(root: Path) -> None:
 
 
 def _process_rng() -> dict[str, torch.Tensor]:
+    """The process-wide random states, as tensors (nothing pickled): torch's (CPU and
+    each GPU), Python's ``random`` and NumPy's global generator, which a reward or a
+    generator may draw from; a resumed run continues each from where it stopped."""
+    import random
+
     rng = {"torch_cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
         for index, state in enumerate(torch.cuda.get_rng_state_all()):
             rng[f"torch_cuda_{index}"] = state
+    version, words, gauss = random.getstate()
+    rng["python_random_words"] = torch.tensor(words, dtype=torch.int64)  # 624 words + index
+    rng["python_random_version"] = torch.tensor([version], dtype=torch.int64)
+    rng["python_random_gauss"] = torch.tensor(
+        [0.0 if gauss is None else 1.0, gauss or 0.0], dtype=torch.float64
+    )
+    numpy = _numpy()
+    if numpy is not None:
+        kind, keys, pos, has_gauss, cached = numpy.random.get_state(legacy=True)
+        if kind == "MT19937":
+            rng["numpy_mt19937_keys"] = torch.tensor(keys.astype("int64"))
+            rng["numpy_mt19937_pos"] = torch.tensor([pos, has_gauss], dtype=torch.int64)
+            rng["numpy_mt19937_gauss"] = torch.tensor([cached], dtype=torch.float64)
     return rng
 
 
+def _numpy() -> Any:
+    """NumPy, when it is installed (its global generator is then part of a checkpoint)."""
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
+
+
 def _restore_process_rng(rng: dict[str, torch.Tensor]) -> None:
+    """Restore what :func:`_process_rng` saved; a checkpoint written before Python's and
+    NumPy's states were saved leaves them as seeded (as resuming did then)."""
+    import random
+
     torch.set_rng_state(rng["torch_cpu"])
     cuda = [rng[k] for k in sorted(rng) if k.startswith("torch_cuda_")]
     if cuda and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(cuda)
+    if "python_random_words" in rng:
+        has_gauss, gauss = rng["python_random_gauss"].tolist()
+        random.setstate(
+            (
+                int(rng["python_random_version"][0]),
+                tuple(int(w) for w in rng["python_random_words"].tolist()),
+                gauss if has_gauss else None,
+            )
+        )
+    numpy = _numpy()
+    if numpy is not None and "numpy_mt19937_keys" in rng:
+        pos, has_gauss = (int(v) for v in rng["numpy_mt19937_pos"].tolist())
+        keys = rng["numpy_mt19937_keys"].numpy().astype(numpy.uint32)
+        cached = float(rng["numpy_mt19937_gauss"][0])
+        numpy.random.set_state(("MT19937", keys, pos, has_gauss, cached))
 
 
 class Checkpointer:

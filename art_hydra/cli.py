@@ -21,7 +21,7 @@ from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from art_hydra import workers
+from art_hydra import interrupts, workers
 from art_hydra.config import hydra_compat
 from art_hydra.config.composition import (
     CONFIG_NAME,
@@ -45,8 +45,13 @@ def full_error() -> bool:
 def report_and_exit(exc: CompactHydraException) -> None:
     """A user's mistake or a run stopped for a known reason: its message alone on
     stderr (no traceback, no HYDRA_FULL_ERROR hint), and its exit status (1, or 130/143
-    after SIGINT/SIGTERM)."""
-    sys.stderr.write(str(exc).rstrip() + "\n")
+    after SIGINT/SIGTERM/SIGHUP)."""
+    try:
+        sys.stderr.write(str(exc).rstrip() + "\n")
+        sys.stderr.flush()
+    except OSError:  # after SIGHUP the terminal may be gone: the status still tells
+        logging.shutdown()
+        os._exit(getattr(exc, "exit_code", 1))  # flushing it again at exit would fail (120)
     code = getattr(exc, "exit_code", 1)
     if workers.running():
         # Work that overran its bound still runs in a daemon thread (a stuck step, a hung
@@ -101,7 +106,22 @@ def _log_per_rank(job_name: str) -> None:
 
 
 def main() -> None:
-    """Console-script entry: check first, then hand the same argv to Hydra."""
+    """Console-script entry: check first, then hand the same argv to Hydra. A stop
+    signal before the training loop ends the command with one line and the shell's
+    status (:mod:`art_hydra.interrupts`), never a traceback."""
+    interrupts.exit_on_signals()
+    try:
+        _main()
+    except KeyboardInterrupt:
+        # Only where Python's own SIGINT handler came back (exit_on_signals replaces it).
+        interrupts.say(
+            "\nart_hydra: SIGINT (Ctrl-C) received before training began: nothing was "
+            "trained or saved; run the same command again to start.\n"
+        )
+        sys.exit(130)
+
+
+def _main() -> None:
     args = hydra_compat.args_parser().parse_args()
     register_configs()  # also for -cp folders, which Hydra loads without importing them
     passthrough = args.help or args.hydra_help or args.cfg or args.info or args.shell_completion

@@ -8,6 +8,7 @@ turns a write into one outside it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -123,11 +124,17 @@ class MetricsLog:
     def log(self, record: dict[str, Any]) -> None:
         step = record["step"]
         if self._bar is not None:
-            self._bar.update(1)
-            postfix = {"loss": f"{record['loss']:.4f}", "tok/s": f"{record['tokens_per_s']:.0f}"}
-            if record.get("reward_mean") is not None:
-                postfix = {"reward": f"{record['reward_mean']:.3f}", **postfix}
-            self._bar.set_postfix(postfix)
+            try:
+                self._bar.update(1)
+                postfix = {
+                    "loss": f"{record['loss']:.4f}",
+                    "tok/s": f"{record['tokens_per_s']:.0f}",
+                }
+                if record.get("reward_mean") is not None:
+                    postfix = {"reward": f"{record['reward_mean']:.3f}", **postfix}
+                self._bar.set_postfix(postfix)
+            except OSError:  # the terminal closed (SIGHUP): the record matters, not the bar
+                self._bar = None
         if step % self.cfg.every_steps:
             return
         self._file.write(json.dumps(record) + "\n")
@@ -150,7 +157,8 @@ class MetricsLog:
         if self._samples is not None:
             self._samples.close()
         if self._bar is not None:
-            self._bar.close()
+            with contextlib.suppress(OSError):  # a closed terminal
+                self._bar.close()
         if self._writer is not None:
             self._writer.close()
         self._file.close()

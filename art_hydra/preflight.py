@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from art_hydra import run_folder, safe_json
+from art_hydra import run_folder, run_identity, safe_json
 from art_hydra.config.composition import Composition
 from art_hydra.config.problems import Kind, Problem, Severity, fix
 from art_hydra.config.schema import (
@@ -692,6 +692,7 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
                 fix({"resume": False}, "and hydra.run.dir=<a new folder> to start over"),
             )
         ]
+    notes += run_identity.resume_problems(cfg, run_dir)  # the data, reward, model it began on
     saved = run_folder.saved_config(run_dir)
     if saved is None:
         return notes

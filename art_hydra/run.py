@@ -8,6 +8,7 @@ imported here, inside the function, never on the compose/validate path.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shlex
 import time
@@ -209,7 +210,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
     import torch
     from transformers.utils import logging as hf_logging
 
-    from art_hydra import distributed, run_folder
+    from art_hydra import distributed, run_folder, run_identity
     from art_hydra.checkpoint import Checkpointer
     from art_hydra.metrics import MetricsLog, plot_curve
     from art_hydra.queue import StepChannel
@@ -218,7 +219,10 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
     if cfg.backend.cpu_threads is not None:
         # Before the trainer's thread starts: it takes this count at its first torch op.
         torch.set_num_threads(cfg.backend.cpu_threads)
+    # Fresh runs start every process-wide generator from the seed (a reward may draw from
+    # Python's or NumPy's); a resume then restores them from the checkpoint.
     random.seed(cfg.seed)
+    _seed_numpy(cfg.seed)
     torch.manual_seed(cfg.seed)
     is_rl = cfg.algorithm.name == AlgorithmName.rl
     trainer, producer = build_trainer_and_producer(cfg, world)
@@ -245,8 +249,24 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
         changed = run_folder.differences(saved, cfg) if saved is not None else []
         if world.is_main:
             run_folder.record_resume(run_dir, start_step, changed)
+    # What this invocation adds to the folder: removed again if it stops before its
+    # first checkpoint, so the printed command can start the run afresh there.
+    records = _Records(run_dir, fresh=not cfg.resume and world.is_main)
+    saved_step = start_step if cfg.resume else None
+
+    def forget_unsaved() -> str:
+        """A second signal before any checkpoint: leave the folder restartable."""
+        if saved_step is not None or checkpoints.complete() or not records.forget():
+            return ""
+        return (
+            "art_hydra: no checkpoint was written; the run's records were removed, so the "
+            f"same command starts it afresh:\n  {restart_command(run_dir, world.size)}\n"
+        )
+
+    stop.before_exit = forget_unsaved
     if world.is_main:
         run_folder.write_run_config(run_dir, cfg)
+        run_identity.record(cfg, run_dir)
     # Rank 0 alone writes the run's record; the others measure and report to it.
     metrics = (
         MetricsLog(
@@ -270,7 +290,11 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
         channel.produce(lambda: torch.set_num_threads(threads), "sizing its threads", bound)
         ahead = RolloutsAhead(producer, threads, bound)
     last: dict[str, Any] = {}
-    saved_step = start_step if cfg.resume else None
+    # The producer's and the process's random states after the last finished step that
+    # no checkpoint holds: after a stop request a failing step can still save that step.
+    finished: _LastStep | None = None
+    handed = False  # whether the step in progress has given the trainer its inputs
+    failure: Exception | None = None
 
     def save(step: int) -> None:
         with channel.producer_phase(f"writing checkpoint step {step}"):
@@ -317,6 +341,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
         for step in range(start_step + 1, cfg.trainer.max_steps + 1):
             if stopping():
                 break
+            handed = False
             started = time.perf_counter()
             inputs = channel.produce(
                 producer.make_inputs, f"making the inputs of step {step}", bound
@@ -324,6 +349,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
             if world.enabled:
                 in_step(f"waiting for the other ranks' inputs of step {step}")
                 _normalise_over_ranks(world, cfg, inputs)
+            handed = True
             for item in inputs:
                 channel.put(item)
             if ahead is not None and producer.needs_rollouts():
@@ -347,17 +373,30 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
             if checkpoints.due(step, cfg.trainer.max_steps) or stopping():
                 save(step)
                 saved_step = step
+            elif not world.enabled:
+                finished = _LastStep.take(step, producer)
         if stopping() and trainer.step > 0 and saved_step != trainer.step:
             save(trainer.step)  # the signal came between the step's check and the next
             saved_step = trainer.step
+    except Exception as exc:
+        # A step that fails after a stop request (a reward past its bound): the stop
+        # still keeps the last finished step. One process only: ranks share no snapshot.
+        if not stop.requested or world.enabled:
+            raise
+        failure = exc
     # ---- cleanup ---------------------------------------------------------------------
     finally:
         channel.close()
         metrics.close()
-    if stopping():
-        raise Interrupted(
-            _stopped_message(cfg, run_dir, stop.name, saved_step, world.size), stop.exit_code
-        )
+    if _can_keep(failure, finished, handed, trainer.step, saved_step):
+        assert finished is not None
+        finished.save(checkpoints, trainer)
+        saved_step = trainer.step
+    if stopping() or failure is not None:
+        if saved_step is None and records.forget():
+            log.info("no checkpoint was written: removed this run's records from %s", run_dir)
+        message = _stopped_message(cfg, run_dir, stop.name, saved_step, world.size, failure)
+        raise Interrupted(_in_log_files(message), stop.exit_code) from failure
     plot = (
         plot_curve(
             run_dir, "reward_mean" if is_rl else "loss", "reward.png" if is_rl else "loss.png"
@@ -484,10 +523,21 @@ def _combine(world: Any, cfg: DictConfig, result: Any, last: dict[str, Any], sto
 def resume_command(run_dir: Path, ranks: int = 1) -> str:
     """The command that resumes this run: the job's own overrides (inside a Hydra job),
     with ``resume=true`` and the run folder; under torchrun, with as many ranks."""
+    return _command(run_dir, ranks, resume=True)
+
+
+def restart_command(run_dir: Path, ranks: int = 1) -> str:
+    """The command that starts this run afresh in the same folder (a run stopped before
+    its first checkpoint, whose records were removed)."""
+    return _command(run_dir, ranks, resume=False)
+
+
+def _command(run_dir: Path, ranks: int, resume: bool) -> str:
     from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized():
-        return f"train(cfg with resume=true, run_dir={str(run_dir)!r})"
+        flag = "resume=true" if resume else "resume=false"
+        return f"train(cfg with {flag}, run_dir={str(run_dir)!r})"
     overrides = [
         o
         for o in HydraConfig.get().overrides.task
@@ -496,7 +546,8 @@ def resume_command(run_dir: Path, ranks: int = 1) -> str:
     launch = ["art-hydra"]
     if ranks > 1:  # the checkpoint holds each rank's sampler state: the same ranks resume
         launch = ["torchrun", f"--nproc_per_node={ranks}", "-m", "art_hydra"]
-    parts = [*launch, *overrides, "resume=true", f"hydra.run.dir={run_dir.resolve()}"]
+    parts = [*launch, *overrides, *(["resume=true"] if resume else [])]
+    parts.append(f"hydra.run.dir={run_dir.resolve()}")
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -510,15 +561,136 @@ def _resume_hint(run_dir: Path, saved: int | None) -> str:
 
 
 def _stopped_message(
-    cfg: DictConfig, run_dir: Path, signal_name: str, saved: int | None, ranks: int = 1
+    cfg: DictConfig,
+    run_dir: Path,
+    signal_name: str,
+    saved: int | None,
+    ranks: int = 1,
+    failure: Exception | None = None,
 ) -> str:
+    """What a stop kept, and the command that carries on from it. ``failure``: the step
+    in progress failed after the stop request (its cause is quoted; the step before it
+    is what was kept)."""
+    failed = ""
+    if failure is not None:
+        cause = str(failure).strip() or type(failure).__name__
+        failed = (
+            "; the step in progress then failed, so it is not part of what was kept "
+            "(fix its cause before going on):\n  " + cause.replace("\n", "\n  ") + "\n"
+        )
     if saved is None:
         return (
-            f"art_hydra stopped by {signal_name} before its first optimizer step finished; "
-            f"there is nothing to resume. Start again to train (outputs in {run_dir})."
+            f"art_hydra stopped by {signal_name} before its first checkpoint{failed or '; '}"
+            "there is nothing to resume, so this run's records were removed from "
+            f"{run_dir} and the same command starts it afresh:\n"
+            f"  {restart_command(run_dir, ranks)}"
         )
     return (
-        f"art_hydra stopped by {signal_name} after step {saved} of {cfg.trainer.max_steps}; "
-        f"checkpoint step-{saved:06d} holds it and the metrics are flushed. Resume with:\n"
-        f"  {resume_command(run_dir, ranks)}"
+        f"art_hydra stopped by {signal_name} after step {saved} of {cfg.trainer.max_steps}"
+        f"{failed + 'C' if failed else '; c'}heckpoint step-{saved:06d} holds step {saved} and "
+        f"the metrics are flushed. Resume with:\n  {resume_command(run_dir, ranks)}"
     )
+
+
+def _in_log_files(message: str) -> str:
+    """Also write a stop's message to the job's log files (``<job>.log`` in the run
+    folder): after SIGHUP the terminal that would show it is gone."""
+    record = logging.LogRecord("art_hydra", logging.WARNING, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            with contextlib.suppress(Exception):
+                handler.handle(record)
+    return message
+
+
+def _seed_numpy(seed: int) -> None:
+    """Seed NumPy's global generator (when NumPy is installed), which takes 32 bits."""
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(seed % 2**32)
+
+
+class _Records:
+    """The run's record files a fresh run creates in its folder, so that a run stopped
+    before its first checkpoint can remove them again: the folder then holds no run (the
+    pre-flight's test) and the printed command starts it afresh. Files that were there
+    before this invocation are never touched."""
+
+    NAMES = (
+        "run_config.yaml",
+        "run_identity.json",
+        "metrics.jsonl",
+        "completions.jsonl",
+        "tensorboard",
+    )
+
+    def __init__(self, run_dir: Path, fresh: bool) -> None:
+        self.run_dir = run_dir
+        self.mine = [n for n in self.NAMES if not (run_dir / n).exists()] if fresh else []
+
+    def forget(self) -> bool:
+        """Remove this invocation's records; whether anything was removed."""
+        import shutil
+
+        removed = False
+        for name in self.mine:
+            path = self.run_dir / name
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            elif path.exists():
+                path.unlink(missing_ok=True)
+            else:
+                continue
+            removed = True
+        return removed
+
+
+def _can_keep(
+    failure: Exception | None,
+    finished: _LastStep | None,
+    handed: bool,
+    trained: int,
+    saved: int | None,
+) -> bool:
+    """Whether a step that failed after a stop request leaves the last finished step to
+    save: the failing step gave the trainer nothing (it failed making its inputs: sampling,
+    scoring), so the weights and optimizer are still those of the step the snapshot was
+    taken after, and no checkpoint holds that step yet."""
+    return (
+        failure is not None
+        and finished is not None
+        and not handed
+        and finished.step == trained
+        and saved != trained
+    )
+
+
+class _LastStep:
+    """The producer's state and the process's random states right after a finished step
+    that no checkpoint holds (the trainer's own state stays that step's until the next
+    step hands it inputs): what a stop followed by a failing step still saves. Taking it
+    costs a few small copies per step."""
+
+    def __init__(self, step: int, tensors: dict, plain: dict, rng: dict) -> None:
+        self.step, self.tensors, self.plain, self.rng = step, tensors, plain, rng
+
+    @classmethod
+    def take(cls, step: int, producer: Any) -> _LastStep:
+        from art_hydra.checkpoint import _process_rng
+
+        tensors, plain = producer.state_dict()
+        return cls(step, tensors, plain, _process_rng())
+
+    def state_dict(self) -> tuple[dict, dict]:
+        """The producer's state as it was (a checkpoint component)."""
+        return self.tensors, self.plain
+
+    def save(self, checkpoints: Any, trainer: Any) -> None:
+        """Write the checkpoint of this step: the trainer's live state (still this
+        step's), the producer's and the process's generators as they were then."""
+        from art_hydra.checkpoint import _restore_process_rng
+
+        _restore_process_rng(self.rng)
+        checkpoints.save(self.step, {"trainer": trainer, "producer": self}, trainer.loaded)

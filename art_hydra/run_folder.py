@@ -72,6 +72,8 @@ RUN_ENTRIES = (
     RUN_CONFIG,
     f".{RUN_CONFIG}.*.tmp",
     RESUMES,
+    "run_identity.json",
+    ".run_identity.json.*.tmp",
     METRICS,
     COMPLETIONS,
     f".{METRICS}.*.tmp",

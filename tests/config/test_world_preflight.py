@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from art_hydra import ConfigValidationError, Kind, Severity, compose
+from art_hydra import ConfigValidationError, Kind, Severity, compose, run_identity
 from art_hydra.preflight import cuda_present, world_problems
 from art_hydra.run_folder import write_manifest, write_run_config
 
@@ -240,6 +240,7 @@ def test_cuda_asked_for_without_a_gpu() -> None:
 def _finished_run(run_dir: Path, overrides: list[str]) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_config(run_dir, compose(overrides))
+    run_identity.record(compose(overrides), run_dir)  # as a run writes it at its start
     state = run_dir / "checkpoints" / "step-000002" / "trainer_state"
     state.mkdir(parents=True)
     (state / "state.json").write_text("{}")
