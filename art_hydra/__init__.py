@@ -17,6 +17,7 @@ from art_hydra.config import (
     validator,
 )
 from art_hydra.run import train
+from art_hydra.tasks.markers import generator, reward
 
 __all__ = [
     "ConfigValidationError",
@@ -27,6 +28,8 @@ __all__ = [
     "Severity",
     "compose",
     "fix",
+    "generator",
+    "reward",
     "train",
     "validate",
     "validator",

@@ -19,7 +19,7 @@ from typing import Any
 import hydra
 from hydra.errors import CompactHydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from art_hydra import workers
 from art_hydra.config import hydra_compat
@@ -33,6 +33,7 @@ from art_hydra.config.composition import (
 )
 from art_hydra.config.problems import ConfigValidationError, format_report
 from art_hydra.config.store import register_configs
+from art_hydra.config.trust import Hand, by_hand, hand_of, outside_code_report
 from art_hydra.errors import Interrupted
 from hydra_plugins.art_hydra_preflight import register_sweeper
 
@@ -69,7 +70,8 @@ def hydra_main(cfg: DictConfig) -> Any:
     if adopt_submitit_tasks():
         _log_per_rank(HydraConfig.get().job.name)
     try:
-        return train(cfg)
+        with by_hand(_job_hand()):
+            return train(cfg)
     except CompactHydraException as exc:
         # In a sweep the job's failure goes back to the sweeper (in another process under
         # joblib or submitit), which reports it; alone, report it here.
@@ -77,6 +79,17 @@ def hydra_main(cfg: DictConfig) -> Any:
         if full_error() or (sweep and not isinstance(exc, Interrupted)):
             raise
         report_and_exit(exc)
+
+
+def _job_hand() -> Hand:
+    """What the user set by hand for this job: its command-line overrides (a sweep's
+    points were checked against the command line alone by the pre-flight sweeper)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    groups = set(hydra_cfg.runtime.choices)
+    given: Any = OmegaConf.to_container(hydra_cfg.overrides, resolve=False)
+    return hand_of([*given["hydra"], *given["task"]], lambda name: name in groups)
 
 
 def _log_per_rank(job_name: str) -> None:
@@ -143,6 +156,7 @@ def _precheck(args: Any) -> Composition | None:
     assert result.resolved is not None
     if result.resolved.dry_run:
         print(resolved_yaml(result.resolved))
+        print(outside_code_report(result.resolved, result.hydra))
         print("dry run: the configuration is valid; nothing was trained or written.")
         sys.exit(0)
     return result

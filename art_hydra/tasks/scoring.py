@@ -67,7 +67,9 @@ def score_batch(
         try:
             for index, (example, completion) in enumerate(pairs):
                 progress["index"] = index
-                values.append(reward(example.prompt, completion, example.answer))
+                values.append(
+                    reward(prompt=example.prompt, completion=completion, answer=example.answer)
+                )
         except BaseException as exc:
             failure.append(exc)
 
