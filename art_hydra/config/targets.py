@@ -195,12 +195,11 @@ def _decorator_name(node: ast.expr) -> str | None:
     return None
 
 
-def module_source(module: str) -> Path | None:
-    """The ``.py`` file of ``module``, found on the import path without importing it or
-    its parent packages (None if it has none, or it cannot be found that way)."""
+def module_origin(module: str) -> str | None:
+    """Where ``module`` would be loaded from (a file, or "built-in"), found on the import
+    path without importing it or its parent packages; None if it cannot be found so."""
     if module in sys.modules:
-        origin = getattr(sys.modules[module], "__file__", None)
-        return Path(origin) if origin and origin.endswith(".py") else None
+        return getattr(sys.modules[module], "__file__", None) or "built-in"
     parts = module.split(".")
     try:
         spec = importlib.util.find_spec(parts[0])  # a top-level name imports nothing
@@ -211,7 +210,12 @@ def module_source(module: str) -> Path | None:
             spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), locations)
     except (ImportError, ValueError, AttributeError):
         return None
-    origin = spec.origin if spec is not None else None
+    return spec.origin if spec is not None else None
+
+
+def module_source(module: str) -> Path | None:
+    """The ``.py`` file of ``module`` (see :func:`module_origin`), or None."""
+    origin = module_origin(module)
     return Path(origin) if origin and origin.endswith(".py") else None
 
 

@@ -42,7 +42,7 @@ from art_hydra.config.targets import (
     ART_HYDRA_REWARDS,
     ROLE_OF_KEY,
     marker_in_source,
-    module_source,
+    module_origin,
     not_marked,
     refusal,
 )
@@ -97,8 +97,18 @@ def hand_of(overrides: Sequence[str], is_group: Callable[[str], bool]) -> Hand:
         if "/" in name or is_group(name):
             groups.add(name)
         else:
-            keys.add(name)
+            keys.update(_leaves(name, override.value()))
     return Hand(frozenset(keys), frozenset(groups))
+
+
+def _leaves(key: str, value: Any) -> Iterator[str]:
+    """The keys a value sets: a mapping sets its leaves (``task.reward={}`` sets none),
+    anything else the key itself."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(f"{key}.{k}", v)
+    else:
+        yield key
 
 
 _current: ContextVar[Hand | None] = ContextVar("art_hydra_hand", default=None)
@@ -211,7 +221,7 @@ def _hydra_problems(cfg: Any, hand: Hand) -> list[Problem]:
     callbacks = _raw(cfg, "hydra.callbacks") or {}
     for name, entry in callbacks.items() if isinstance(callbacks, dict) else []:
         key = f"hydra.callbacks.{name}"
-        if entry and not hand.set(key):
+        if entry and not hand.set(f"{key}._target_"):
             target = entry.get("_target_") if isinstance(entry, dict) else entry
             found.append(
                 _refused(
@@ -358,10 +368,10 @@ def outside_code(cfg: Any, hydra: Any = None) -> list[tuple[str, str, str]]:
 def _file_of(path: str) -> str:
     parts = path.split(".")
     for cut in range(len(parts) - 1, 0, -1):
-        source = module_source(".".join(parts[:cut]))
-        if source is not None:
-            return str(source)
-    return "(no Python source file found on sys.path)"
+        origin = module_origin(".".join(parts[:cut]))
+        if origin is not None:
+            return origin
+    return "(not found on sys.path)"
 
 
 def _remote_code(name: str) -> list[tuple[str, str, str]]:
@@ -395,6 +405,7 @@ def outside_code_report(cfg: Any, hydra: Any = None) -> str:
         hydra = HydraConfig.get() if HydraConfig.initialized() else None
     found = outside_code(cfg, hydra)
     if not found:
-        return "code outside art_hydra: none (only art_hydra's own code runs)."
+        return "No code outside art_hydra runs: only art_hydra's own code is imported or executed."
     lines = [f"  {what}: {name}\n      {file}" for what, name, file in found]
-    return "code outside art_hydra that this run would import or execute:\n" + "\n".join(lines)
+    head = "Code outside art_hydra that this run would import or execute (with its file):"
+    return head + "\n" + "\n".join(lines)

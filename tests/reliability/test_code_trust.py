@@ -160,7 +160,7 @@ def test_a_marked_reward_named_by_a_config_file_runs_and_is_listed(user_module: 
         user_module, "--config-dir", str(user_module / "conf"), "experiment=shared"
     )
     assert code == 0, out
-    assert "code outside art_hydra that this run would import or execute" in out
+    assert "Code outside art_hydra that this run would import or execute" in out
     assert "reward: my_rewards.marked" in out and str(user_module / "my_rewards.py") in out
 
 
@@ -317,4 +317,55 @@ def test_hydra_env_variables_that_load_code_are_refused(tmp_path: Path) -> None:
 def test_the_shipped_configs_run_no_code_outside_art_hydra(cli) -> None:
     proc = cli("dry_run=true")
     assert proc.returncode == 0, output_of(proc)
-    assert "code outside art_hydra: none" in proc.stdout
+    assert "No code outside art_hydra" in proc.stdout
+
+
+def test_a_function_marked_for_another_role_is_refused(user_module: Path) -> None:
+    _experiment(user_module / "conf", "task:\n  generator: my_rewards.marked\n")
+    code, out = _user_cli(
+        user_module, "--config-dir", str(user_module / "conf"), "experiment=shared"
+    )
+    assert code == 1, out
+    assert "not marked as a generator" in out
+
+
+def test_an_unmarked_reexport_named_by_a_config_file_is_refused(user_module: Path) -> None:
+    (user_module / "reexport.py").write_text("from my_rewards import unmarked as score\n")
+    _experiment(user_module / "conf", "task:\n  reward:\n    _target_: reexport.score\n")
+    code, out = _user_cli(
+        user_module, "--config-dir", str(user_module / "conf"), "experiment=shared"
+    )
+    assert code == 1, out
+    assert "not marked as a reward" in out
+
+
+def test_train_from_python_lists_outside_code_in_its_dry_run(
+    user_module: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from art_hydra import train
+
+    monkeypatch.syspath_prepend(str(user_module))
+    train(compose(["dry_run=true", "task.reward._target_=my_rewards.marked"]))
+    out = capsys.readouterr().out
+    assert "reward: my_rewards.marked" in out and str(user_module / "my_rewards.py") in out
+
+
+@pytest.mark.slow
+def test_a_marked_reward_named_by_a_config_file_trains(user_module: Path) -> None:
+    _experiment(user_module / "conf", "task:\n  reward:\n    _target_: my_rewards.marked\n")
+    proc = run_cli(
+        "--config-dir",
+        str(user_module / "conf"),
+        "experiment=shared",
+        "trainer.max_steps=2",
+        "trainer.per_device_train_batch_size=16",
+        "logging.progress_bar=off",
+        "logging.tensorboard=false",
+        "logging.plot=false",
+        cwd=user_module,
+        env={"PYTHONPATH": str(user_module)},
+        timeout=300,
+    )
+    assert proc.returncode == 0, output_of(proc)
+    (metrics,) = (user_module / "outputs").glob("*/*/metrics.jsonl")
+    assert len(metrics.read_text().splitlines()) == 2
