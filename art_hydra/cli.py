@@ -33,7 +33,7 @@ from art_hydra.config.composition import (
 )
 from art_hydra.config.problems import ConfigValidationError, format_report
 from art_hydra.config.store import register_configs
-from art_hydra.config.trust import Hand, by_hand, hand_of, outside_code_report
+from art_hydra.config.trust import Hand, by_hand, hand_of, outside_code_report, trust_problems
 from art_hydra.errors import Interrupted
 from hydra_plugins.art_hydra_preflight import register_sweeper
 
@@ -70,7 +70,11 @@ def hydra_main(cfg: DictConfig) -> Any:
     if adopt_submitit_tasks():
         _log_per_rank(HydraConfig.get().job.name)
     try:
-        with by_hand(_job_hand()):
+        hand = _job_hand()
+        refused = trust_problems(cfg, hand)  # (checked before Hydra started, bar a relative -cp)
+        if refused:
+            raise ConfigValidationError(refused)
+        with by_hand(hand):
             return train(cfg)
     except CompactHydraException as exc:
         # In a sweep the job's failure goes back to the sweeper (in another process under
@@ -148,8 +152,12 @@ def _precheck(args: Any) -> Composition | None:
         return None
     result = compose_and_check(loader, config_name, overrides, RunMode.RUN)
     if result.hydra is not None and result.hydra.mode == RunMode.MULTIRUN:
-        _refuse_a_sweep_under_torchrun(result)
-        return None  # the config's own hydra.mode asks for a sweep: the sweeper checks it
+        # The config's own hydra.mode asks for a sweep: the sweeper checks every point, and
+        # the master is checked here, before Hydra runs its callbacks and logging config.
+        master = compose_and_check(loader, config_name, overrides, RunMode.MULTIRUN, validate=False)
+        _refuse_a_sweep_under_torchrun(master)
+        _reject_if_bad(master)
+        return None
     add_world_problems(result, remember_pass=True)
     _reject_if_bad(result)
     announce_warnings(result.problems)

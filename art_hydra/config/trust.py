@@ -13,9 +13,11 @@ code: no hand is recorded there (None), and everything counts as chosen.
 (the model folder's Python would run), a non-empty ``task.allowed_modules`` (it widens
 which functions may run), a reward or generator whose source has no marker,
 ``hydra.callbacks`` (Hydra instantiates each ``_target_``), logging factories in
-``hydra.job_logging``/``hydra.hydra_logging`` (``()`` keys, classes outside
-``logging``, ``ext://`` objects other than the standard streams: ``logging.config``
-imports and calls them), submitit's ``hydra.launcher.setup`` shell lines (and any
+``hydra.job_logging``/``hydra.hydra_logging`` (``()`` keys, classes other than
+logging's local sinks, ``ext://`` objects other than the standard streams:
+``logging.config`` imports and calls them; and log files not named ``*.log``, since a
+log line whose format a file chose, appended to ``~/.bashrc`` or a ``.pth`` file, is
+code), submitit's ``hydra.launcher.setup`` shell lines (and any
 launcher value with a line break, which would become its own line of the job script),
 and ``hydra.job.env_set`` variables that make programs load code. It runs at composition
 for every entry (the CLI, the sweep master, every sweep point, ``compose``), before
@@ -57,8 +59,17 @@ CODE_VARIABLES = frozenset(
         "HF_MODULES_CACHE",
     }
 )  # fmt: skip
-#: Logging classes that are plain data sinks (Hydra's own defaults use these).
-_LOGGING_PACKAGES = ("logging.", "logging.handlers.")
+#: Logging classes a config file may name: local sinks and formatters (Hydra's own
+#: defaults use these); the network handlers (socket, HTTP, SMTP, syslog) would send the
+#: run's log elsewhere.
+LOGGING_CLASSES = frozenset(
+    {
+        "logging.StreamHandler", "logging.FileHandler", "logging.NullHandler",
+        "logging.Formatter", "logging.Filter", "logging.handlers.RotatingFileHandler",
+        "logging.handlers.TimedRotatingFileHandler", "logging.handlers.WatchedFileHandler",
+        "logging.handlers.MemoryHandler",
+    }
+)  # fmt: skip
 #: ``ext://`` objects a logging config may name: the standard streams.
 _STREAMS = frozenset({"ext://sys.stdout", "ext://sys.stderr"})
 
@@ -238,15 +249,16 @@ def _hydra_problems(cfg: Any, hand: Hand) -> list[Problem]:
     for node in ("job_logging", "hydra_logging"):
         if hand.chose(f"hydra/{node}"):
             continue
-        for where, value, why in logging_code(_raw(cfg, f"hydra.{node}")):
+        logging = _raw(cfg, f"hydra.{node}")
+        for where, value, why in [*logging_code(logging), *logging_files(logging)]:
             key = f"hydra.{node}.{where}"
             if not hand.set(key):
                 found.append(
                     _refused(
                         key,
                         value,
-                        f"{why} in a logging config chosen by a config file: logging.config "
-                        "imports and calls it when Hydra sets up logging.",
+                        f"{why}, in a logging config a config file chose: logging.config "
+                        "acts on it when Hydra sets up logging, before any check of art_hydra.",
                         fix(
                             note=f"choose the logging config on the command line "
                             f"(hydra/{node}=<name>), or set {key} there, if you trust it"
@@ -310,6 +322,22 @@ def _strings(node: Any, where: str = "") -> Iterator[tuple[str, str]]:
         yield where, node
 
 
+def logging_files(node: Any, where: str = "") -> Iterator[tuple[str, str, str]]:
+    """Each log file of a ``dictConfig`` mapping whose name does not end in ``.log``:
+    a log line is text an attacker can shape (its format), and appended to a shell's
+    start-up file, a ``.pth`` file or a script it would become code."""
+    if isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from logging_files(v, f"{where}[{i}]")
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            path = f"{where}.{key}" if where else str(key)
+            if key == "filename" and not (isinstance(value, str) and value.endswith(".log")):
+                yield path, str(value), f"writes the log to {value}, a file not named *.log"
+            else:
+                yield from logging_files(value, path)
+
+
 def logging_code(node: Any, where: str = "") -> Iterator[tuple[str, str, str]]:
     """Each place of a ``logging.config.dictConfig`` mapping that names code:
     ``(key path, value, what it is)``."""
@@ -325,8 +353,8 @@ def logging_code(node: Any, where: str = "") -> Iterator[tuple[str, str, str]]:
         path = f"{where}.{key}" if where else str(key)
         if key == "()":
             yield path, str(value), f"is a factory, {value}"
-        elif key == "class" and not str(value).startswith(_LOGGING_PACKAGES):
-            yield path, str(value), f"is the class {value}, outside the logging package"
+        elif key == "class" and str(value) not in LOGGING_CLASSES:
+            yield path, str(value), f"is the class {value}, not one of logging's local sinks"
         elif key in ("queue", "listener") and isinstance(value, str):
             yield path, value, f"names the object {value}"
         else:

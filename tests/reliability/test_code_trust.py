@@ -276,6 +276,21 @@ def _logging_config(conf: Path, marker: Path) -> None:
     (conf / "hydra" / "job_logging" / "fancy.yaml").write_text(json.dumps(config))
 
 
+def test_a_config_that_asks_for_a_sweep_is_checked_before_hydra_starts(cli, tmp_path: Path) -> None:
+    """hydra.mode=MULTIRUN in a file (no -m): Hydra would run the callbacks before the
+    sweeper's checks."""
+    marker = tmp_path / "pwned"
+    _experiment(
+        tmp_path / "conf",
+        f"hydra:\n  mode: MULTIRUN\n  callbacks:\n    evil:\n      _target_: builtins.open\n"
+        f"      file: {marker}\n      mode: w\n",
+    )
+    proc = cli("--config-dir", str(tmp_path / "conf"), "experiment=shared", "dry_run=true")
+    assert proc.returncode == 1, output_of(proc)
+    assert "hydra.callbacks.evil" in output_of(proc)
+    assert not marker.exists()
+
+
 def test_a_logging_factory_chosen_by_a_config_file_is_refused(cli, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     conf = tmp_path / "conf"
@@ -293,6 +308,19 @@ def test_a_logging_factory_chosen_by_a_config_file_is_refused(cli, tmp_path: Pat
     proc = cli("--config-dir", str(conf), "hydra/job_logging=fancy", "dry_run=true")
     assert proc.returncode == 0, output_of(proc)
     assert "logging job_logging.handlers.evil.()" in proc.stdout
+
+
+def test_a_log_file_that_could_become_code_is_refused(tmp_path: Path) -> None:
+    """A FileHandler appending lines whose format a file chose to a shell start-up file."""
+    startup = tmp_path / "bashrc"
+    _experiment(
+        tmp_path,
+        "hydra:\n  job_logging:\n    formatters:\n      simple:\n        format: 'touch pwned #'\n"
+        f"    handlers:\n      file:\n        filename: {startup}\n",
+    )
+    problems = _problems(["experiment=shared"], tmp_path)
+    assert "not named *.log" in problems["hydra.job_logging.handlers.file.filename"]
+    assert not startup.exists()
 
 
 def test_launcher_setup_lines_from_a_config_file_are_refused(cli, tmp_path: Path) -> None:
