@@ -73,7 +73,7 @@ def hydra_main(cfg: DictConfig) -> Any:
         hand = _job_hand()
         refused = trust_problems(cfg, hand)  # (checked before Hydra started, bar a relative -cp)
         if refused:
-            raise ConfigValidationError(refused)
+            raise ConfigValidationError(refused, footer="The run stopped before loading a model.")
         with by_hand(hand):
             return train(cfg)
     except CompactHydraException as exc:

@@ -34,7 +34,7 @@ from art_hydra.config.schema import (
     ModelSource,
     TaskSource,
 )
-from art_hydra.config.targets import ROLE_OF_KEY, TargetError
+from art_hydra.config.targets import ROLE_OF_KEY, NotMarkedError, TargetError
 from art_hydra.config.trust import by_hand
 from art_hydra.tasks.base import data_rules, generate_examples, resolve_task_code
 from art_hydra.tasks.examples import Example, TaskDataError
@@ -120,7 +120,7 @@ def _code(cfg: DictConfig, key: str) -> tuple[Any, list[Problem]]:
                 note=f"mark it @{role} (from art_hydra import {role}), or {key}={path} on the "
                 "command line"
             )
-            if "not marked" in reason
+            if isinstance(cause, NotMarkedError)
             else fix(note=f"{key}=<module.function>")
         )
         return None, [_world(key, path, reason, remedy)]

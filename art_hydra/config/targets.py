@@ -107,6 +107,10 @@ class TargetError(ValueError):
     """A target that may not or cannot be used; the message says why and what to do."""
 
 
+class NotMarkedError(TargetError):
+    """A function a config file named that is not marked for its role."""
+
+
 def _under(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
@@ -179,10 +183,14 @@ def marker_in_source(path: str, role: str) -> bool | None:
         tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            return any(_decorator_name(d) == role for d in node.decorator_list)
-    return None
+    defs = [
+        node
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name
+    ]
+    if not defs:
+        return None
+    return any(_decorator_name(d) == role for d in defs[-1].decorator_list)  # the last wins
 
 
 def _decorator_name(node: ast.expr) -> str | None:
@@ -254,7 +262,7 @@ def resolve(path: str, key: str, *, by_hand: bool = True, hand_modules: Iterable
     hand_modules = tuple(str(m) for m in hand_modules)
     trusted = by_hand or any(_under(module_name, m) for m in hand_modules)
     if not trusted and marker_in_source(path, role) is False:
-        raise TargetError(not_marked(path, key))
+        raise NotMarkedError(not_marked(path, key))
     try:
         found = importlib.util.find_spec(module_name) is not None
     except (ImportError, ValueError):
@@ -286,7 +294,7 @@ def _eligible(fn: Any, path: str, key: str, trusted: bool, modules: tuple[str, .
     if marked is not None:
         raise TargetError(f"is marked as a {marked}, not a {role}.")
     if not trusted:
-        raise TargetError(not_marked(path, key))
+        raise NotMarkedError(not_marked(path, key))
     if not any(_under(fn.__module__ or "", m) for m in modules):
         raise TargetError(
             f"is '{home}' re-exported from '{path.rpartition('.')[0]}'; its own module "
