@@ -131,7 +131,8 @@ def compose_and_check(
     if cfg is not None:
         # Before Hydra starts: its callbacks and logging config run before any job.
         flagged = {p.key for p in problems}
-        result.problems += [p for p in trust_problems(cfg, hand) if p.key not in flagged]
+        chosen = _group_content(loader, cfg)
+        result.problems += [p for p in trust_problems(cfg, hand, chosen) if p.key not in flagged]
     if cfg is not None and validate:
         failed = {p.key for p in result.problems}
         with hydra_compat.as_job(cfg, job_num):
@@ -142,6 +143,20 @@ def compose_and_check(
         result.resolved = resolved
         result.problems += [p for p in found if p.key not in failed]
     return result
+
+
+def _group_content(loader: ConfigLoader, cfg: DictConfig) -> Any:
+    """``group -> the content of the option cfg chose for it, from its file alone``."""
+    choices = OmegaConf.select(cfg, "hydra.runtime.choices", default=None) or {}
+
+    def content(group: str) -> Any:
+        try:
+            found = loader.repository.load_config(f"{group}/{choices[group]}")  # type: ignore[attr-defined]
+            return OmegaConf.to_container(found.config, resolve=False) if found else None
+        except Exception:
+            return None
+
+    return content
 
 
 def check(cfg: Any, *, in_place: bool = False) -> tuple[DictConfig, list[Problem]]:

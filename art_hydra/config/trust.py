@@ -161,14 +161,22 @@ def _refused(key: str, value: Any, reason: str, remedy: Any) -> Problem:
     return Problem(key, value, reason, remedy, Kind.override)
 
 
-def trust_problems(cfg: Any, hand: Hand | None) -> list[Problem]:
+#: The content of the option a group has in a composed config (None: unknown).
+GroupContent = Callable[[str], Any]
+
+
+def trust_problems(
+    cfg: Any, hand: Hand | None, chosen: GroupContent | None = None
+) -> list[Problem]:
     """Everything in ``cfg`` (composed, with its ``hydra`` node if any) that would run
-    code a config file chose and the user did not set by hand."""
+    code a config file chose and the user did not set by hand. ``chosen(group)`` gives
+    the file of a group's option alone: of a logging config chosen by hand, only what
+    that file says is trusted, not what another config file merged into it."""
     if hand is None:
         return []
     found = _run_config_problems(cfg, hand)
     if _select(cfg, "hydra") is not None:
-        found += _hydra_problems(cfg, hand)
+        found += _hydra_problems(cfg, hand, chosen)
     return found
 
 
@@ -227,7 +235,7 @@ def _run_config_problems(cfg: Any, hand: Hand) -> list[Problem]:
     return found
 
 
-def _hydra_problems(cfg: Any, hand: Hand) -> list[Problem]:
+def _hydra_problems(cfg: Any, hand: Hand, chosen: GroupContent | None) -> list[Problem]:
     found: list[Problem] = []
     callbacks = _raw(cfg, "hydra.callbacks") or {}
     for name, entry in callbacks.items() if isinstance(callbacks, dict) else []:
@@ -247,12 +255,13 @@ def _hydra_problems(cfg: Any, hand: Hand) -> list[Problem]:
                 )
             )
     for node in ("job_logging", "hydra_logging"):
-        if hand.chose(f"hydra/{node}"):
+        trusted = _hand_chosen_spots(f"hydra/{node}", hand, chosen)
+        if trusted is None:
             continue
         logging = _raw(cfg, f"hydra.{node}")
         for where, value, why in [*logging_code(logging), *logging_files(logging)]:
             key = f"hydra.{node}.{where}"
-            if not hand.set(key):
+            if (where, value) not in trusted and not hand.set(key):
                 found.append(
                     _refused(
                         key,
@@ -280,6 +289,19 @@ def _hydra_problems(cfg: Any, hand: Hand) -> list[Problem]:
                 )
             )
     return found
+
+
+def _hand_chosen_spots(
+    group: str, hand: Hand, chosen: GroupContent | None
+) -> set[tuple[str, str]] | None:
+    """The code spots of the logging config the user chose by hand (None: trust the whole
+    node, when its file cannot be read alone; empty: not chosen by hand)."""
+    if not hand.chose(group):
+        return set()
+    content = chosen(group) if chosen is not None else None
+    if content is None:
+        return None
+    return {(w, v) for w, v, _ in [*logging_code(content), *logging_files(content)]}
 
 
 def _launcher_problems(cfg: Any, hand: Hand) -> list[Problem]:

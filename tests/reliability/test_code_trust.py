@@ -308,6 +308,16 @@ def test_a_logging_factory_chosen_by_a_config_file_is_refused(cli, tmp_path: Pat
     proc = cli("--config-dir", str(conf), "hydra/job_logging=fancy", "dry_run=true")
     assert proc.returncode == 0, output_of(proc)
     assert "logging job_logging.handlers.evil.()" in proc.stdout
+    # ... but not what another config file merges into the logging config chosen by hand.
+    (conf / "experiment" / "merged.yaml").write_text(
+        "# @package _global_\nhydra:\n  job_logging:\n    filters:\n      f:\n"
+        "        (): builtins.print\n"
+    )
+    proc = cli("--config-dir", str(conf), "hydra/job_logging=fancy", "experiment=merged")
+    assert proc.returncode == 1, output_of(proc)
+    assert "hydra.job_logging.filters.f.()" in output_of(proc)
+    assert "handlers.evil" not in output_of(proc)
+    assert not marker.exists()
 
 
 def test_a_log_file_that_could_become_code_is_refused(tmp_path: Path) -> None:
