@@ -207,6 +207,18 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
         if generator is None:
             return problems
         params = dict(task.params)
+        taken = sorted({"rng", "num_examples"} & set(params))
+        if taken:
+            return [
+                *problems,
+                _world(
+                    f"task.params.{taken[0]}",
+                    params[taken[0]],
+                    "is an argument art_hydra gives every generator itself (rng is seeded "
+                    "from seed, num_examples is task.num_examples).",
+                    fix(note=f"~task.params.{taken[0]}"),
+                ),
+            ]
         names = "".join(f", {k}=..." for k in params)
         found = _signature_problems(
             generator,

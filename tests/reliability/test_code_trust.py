@@ -213,6 +213,13 @@ def test_rewards_are_called_by_parameter_name(tmp_path: Path) -> None:
     assert "does not accept the call reward(prompt=..., completion=..., answer=...)" in out
 
 
+def test_generators_are_called_by_parameter_name() -> None:
+    from art_hydra.preflight import world_problems
+
+    found = {p.key: p.reason for p in world_problems(compose(["+task.params.rng=3"]), None)}
+    assert "gives every generator itself" in found["task.params.rng"]
+
+
 # ---- remote model code ----------------------------------------------------------------
 
 
