@@ -354,6 +354,20 @@ def test_launcher_setup_lines_from_a_config_file_are_refused(cli, tmp_path: Path
     assert not marker.exists()
 
 
+def test_a_line_break_in_a_launcher_value_from_a_config_file_is_refused(
+    cli, tmp_path: Path
+) -> None:
+    """sbatch options become lines of the job script: a line break starts a command."""
+    _experiment(
+        tmp_path / "conf",
+        "defaults:\n  - override /hydra/launcher: slurm\n"
+        'hydra:\n  launcher:\n    comment: "x\\ntouch pwned"\n',
+    )
+    proc = cli("--config-dir", str(tmp_path / "conf"), "experiment=shared", "dry_run=true")
+    assert proc.returncode == 1, output_of(proc)
+    assert "hydra.launcher.comment" in output_of(proc) and "line break" in output_of(proc)
+
+
 def test_hydra_env_variables_that_load_code_are_refused(tmp_path: Path) -> None:
     _experiment(tmp_path, "hydra:\n  job:\n    env_set:\n      LD_PRELOAD: /tmp/evil.so\n")
     assert "hydra.job.env_set.LD_PRELOAD" in _problems(["experiment=shared"], tmp_path)
