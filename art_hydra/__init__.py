@@ -22,6 +22,7 @@ from art_hydra.config import (
     validator,
 )
 from art_hydra.run import train
+from art_hydra.tasks.markers import generator, reward
 
 __all__ = [
     "ConfigValidationError",
@@ -32,6 +33,8 @@ __all__ = [
     "Severity",
     "compose",
     "fix",
+    "generator",
+    "reward",
     "train",
     "validate",
     "validator",

@@ -19,7 +19,7 @@ from typing import Any
 import hydra
 from hydra.errors import CompactHydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from art_hydra import interrupts, workers
 from art_hydra.config import hydra_compat
@@ -33,6 +33,7 @@ from art_hydra.config.composition import (
 )
 from art_hydra.config.problems import ConfigValidationError, format_report
 from art_hydra.config.store import register_configs
+from art_hydra.config.trust import Hand, by_hand, hand_of, outside_code_report, trust_problems
 from art_hydra.errors import Interrupted
 from hydra_plugins.art_hydra_preflight import register_sweeper
 
@@ -75,7 +76,12 @@ def hydra_main(cfg: DictConfig) -> Any:
     if adopt_submitit_tasks():
         _log_per_rank(HydraConfig.get().job.name)
     try:
-        return train(cfg)
+        hand = _job_hand()
+        refused = trust_problems(cfg, hand)  # (checked before Hydra started, bar a relative -cp)
+        if refused:
+            raise ConfigValidationError(refused, footer="The run stopped before loading a model.")
+        with by_hand(hand):
+            return train(cfg)
     except CompactHydraException as exc:
         # In a sweep the job's failure goes back to the sweeper (in another process under
         # joblib or submitit), which reports it; alone, report it here.
@@ -85,6 +91,17 @@ def hydra_main(cfg: DictConfig) -> Any:
         report_and_exit(exc)
     finally:
         discard_hydra_record()  # a job that never held the folder's lock leaves no record
+
+
+def _job_hand() -> Hand:
+    """What the user set by hand for this job: its command-line overrides (a sweep's
+    points were checked against the command line alone by the pre-flight sweeper)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    groups = set(hydra_cfg.runtime.choices)
+    given: Any = OmegaConf.to_container(hydra_cfg.overrides, resolve=False)
+    return hand_of([*given["hydra"], *given["task"]], lambda name: name in groups)
 
 
 def _log_per_rank(job_name: str) -> None:
@@ -158,14 +175,19 @@ def _precheck(args: Any) -> Composition | None:
         return None
     result = compose_and_check(loader, config_name, overrides, RunMode.RUN)
     if result.hydra is not None and result.hydra.mode == RunMode.MULTIRUN:
-        _refuse_a_sweep_under_torchrun(result)
-        return None  # the config's own hydra.mode asks for a sweep: the sweeper checks it
+        # The config's own hydra.mode asks for a sweep: the sweeper checks every point, and
+        # the master is checked here, before Hydra runs its callbacks and logging config.
+        master = compose_and_check(loader, config_name, overrides, RunMode.MULTIRUN, validate=False)
+        _refuse_a_sweep_under_torchrun(master)
+        _reject_if_bad(master)
+        return None
     add_world_problems(result, remember_pass=True)
     _reject_if_bad(result)
     announce_warnings(result.problems)
     assert result.resolved is not None
     if result.resolved.dry_run:
         print(resolved_yaml(result.resolved))
+        print(outside_code_report(result.resolved, result.hydra))
         print("dry run: the configuration is valid; nothing was trained or written.")
         sys.exit(0)
     return result

@@ -34,7 +34,8 @@ from art_hydra.config.schema import (
     ModelSource,
     TaskSource,
 )
-from art_hydra.config.targets import TargetError
+from art_hydra.config.targets import ROLE_OF_KEY, NotMarkedError, TargetError
+from art_hydra.config.trust import by_hand
 from art_hydra.safe_paths import file_refusal, path_refusal
 from art_hydra.tasks.base import data_rules, generate_examples, resolve_task_code
 from art_hydra.tasks.examples import Example, TaskDataError
@@ -101,9 +102,10 @@ def add_world_problems(
     if result.resolved is None:
         return
     failed = {p.key for p in result.problems if p.is_error}
-    world = world_problems(
-        result.resolved, result.run_dir, remember_pass=remember_pass, devices_here=devices_here
-    )
+    with by_hand(result.hand):
+        world = world_problems(
+            result.resolved, result.run_dir, remember_pass=remember_pass, devices_here=devices_here
+        )
     result.problems += [p for p in world if p.key not in failed]
 
 
@@ -111,29 +113,46 @@ def add_world_problems(
 
 
 def _code(cfg: DictConfig, key: str) -> tuple[Any, list[Problem]]:
+    """The reward or generator ``key`` names, or why it may not or cannot run: a config
+    file may name only a marked function (see :mod:`art_hydra.config.targets`)."""
     path = cfg.task.reward._target_ if key == "task.reward._target_" else cfg.task.generator
     try:
         return resolve_task_code(cfg.task, key), []
     except TaskDataError as exc:
         cause = exc.__cause__
         reason = str(cause) if isinstance(cause, TargetError) else str(exc)
-        return None, [_world(key, path, reason, fix(note=f"{key}=<module.function>"))]
+        role = ROLE_OF_KEY[key]
+        remedy = (
+            fix(
+                note=f"mark it @{role} (from art_hydra import {role}), or {key}={path} on the "
+                "command line"
+            )
+            if isinstance(cause, NotMarkedError)
+            else fix(note=f"{key}=<module.function>")
+        )
+        return None, [_world(key, path, reason, remedy)]
 
 
-def _signature_problems(fn: Any, key: str, args: tuple, kwargs: dict, what: str) -> list[Problem]:
+def _signature_problems(fn: Any, key: str, kwargs: dict[str, Any], what: str) -> list[Problem]:
+    """Whether ``fn`` can be called by parameter name with ``kwargs`` (``what`` spells
+    the call for the message)."""
     try:
-        inspect.signature(fn).bind(*args, **kwargs)
+        signature = inspect.signature(fn)
+    except ValueError:
+        return []  # no signature to inspect: the call itself will tell
+    try:
+        signature.bind(**kwargs)
     except TypeError as exc:
+        own = ", ".join(signature.parameters)
         return [
             _world(
                 key,
                 f"{fn.__module__}.{fn.__qualname__}",
-                f"does not accept {what}: {exc}.",
-                fix(note=f"give it the parameters {what}"),
+                f"does not accept the call {what}: arguments are passed by parameter name, "
+                f"and its parameters are ({own}) ({exc}).",
+                fix(note=f"name its parameters as in {what}"),
             )
         ]
-    except ValueError:
-        pass  # no signature to inspect: the call itself will tell
     return []
 
 
@@ -181,7 +200,10 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
     reward, problems = _code(cfg, "task.reward._target_")
     if reward is not None:
         problems += _signature_problems(
-            reward, "task.reward._target_", ("p", "c", "a"), {}, "(prompt, completion, answer)"
+            reward,
+            "task.reward._target_",
+            {"prompt": "p", "completion": "c", "answer": "a"},
+            "reward(prompt=..., completion=..., answer=...)",
         )
     if task.source == TaskSource.jsonl:
         unreadable = _data_file_problems(str(task.path))
@@ -195,13 +217,24 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
         if generator is None:
             return problems
         params = dict(task.params)
+        taken = sorted({"rng", "num_examples"} & set(params))
+        if taken:
+            return [
+                *problems,
+                _world(
+                    f"task.params.{taken[0]}",
+                    params[taken[0]],
+                    "is an argument art_hydra gives every generator itself (rng is seeded "
+                    "from seed, num_examples is task.num_examples).",
+                    fix(note=f"~task.params.{taken[0]}"),
+                ),
+            ]
         names = "".join(f", {k}=..." for k in params)
         found = _signature_problems(
             generator,
             "task.generator",
-            (random.Random(0), 1),
-            params,
-            f"(rng, num_examples{names}) (task.params)",
+            {"rng": random.Random(0), "num_examples": 1, **params},
+            f"generator(rng=..., num_examples=...{names}) (task.params)",
         )
         if found:
             return problems + found

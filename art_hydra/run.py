@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from art_hydra.config.composition import validate
 from art_hydra.config.problems import ConfigValidationError, errors
 from art_hydra.config.schema import AlgorithmName
+from art_hydra.config.trust import outside_code_report
 from art_hydra.errors import Interrupted, RunStopped, WriteError
 
 log = logging.getLogger("art_hydra")
@@ -74,6 +75,7 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> dict[str, Any]:
         raise ConfigValidationError(problems, footer=_JOB_FOOTER)
     if cfg.dry_run:
         print(resolved_yaml(cfg))
+        print(outside_code_report(cfg))
         print("dry run: the configuration is valid; nothing was trained.")
         return {"dry_run": True}
     return run_validated(cfg, folder)

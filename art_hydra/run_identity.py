@@ -152,7 +152,9 @@ def current(cfg: DictConfig) -> dict[str, Any]:
 def record(cfg: DictConfig, run_dir: Path) -> None:
     """Write the run's identity atomically (temp file, then rename): at the start of a
     run and of every accepted resume."""
-    run_folder.write_atomic(Path(run_dir) / IDENTITY, json.dumps(current(cfg), indent=1, sort_keys=True))
+    run_folder.write_atomic(
+        Path(run_dir) / IDENTITY, json.dumps(current(cfg), indent=1, sort_keys=True)
+    )
 
 
 def recorded(run_dir: Path) -> dict[str, Any] | None:

@@ -47,6 +47,7 @@ from art_hydra.config.registry import run_validators
 from art_hydra.config.schema import RunConfig
 from art_hydra.config.store import register_configs
 from art_hydra.config.structure import HYDRA_KEY, fit, type_problem, unknown_key_problem
+from art_hydra.config.trust import Hand, hand_of, trust_problems
 from art_hydra.config.validators import launched_world_size  # also registers the built-in rules
 
 #: Name of the primary config in ``conf/``.
@@ -82,6 +83,8 @@ class Composition:
     hydra: DictConfig | None = None
     #: The folder the job will run in (from the composed ``hydra`` node).
     run_dir: str | None = None
+    #: What the user set by hand (the command line's overrides); None: a Python caller.
+    hand: Hand | None = None
 
     @property
     def ok(self) -> bool:
@@ -97,6 +100,7 @@ def compose_and_check(
     master: DictConfig | None = None,
     job_num: int | None = None,
     validate: bool = True,
+    hand: Hand | None = None,
 ) -> Composition:
     """Compose like Hydra, then report everything wrong with the result.
 
@@ -104,8 +108,13 @@ def compose_and_check(
     ``load_sweep_config``, exactly as Hydra's launchers do, and checked as job number
     ``job_num`` will see it. With ``validate=False`` only composition errors are
     reported (for the multirun master, which does not carry the swept values).
+
+    ``hand`` is what the user set by hand (by default: every override given here); what
+    a config file set beyond it may not choose code (:mod:`art_hydra.config.trust`).
     """
     overrides = list(overrides)
+    if hand is None:
+        hand = hand_of(overrides, lambda name: hydra_compat.is_group(loader, name))
     try:
         if master is not None:
             cfg = loader.load_sweep_config(master, overrides)
@@ -118,9 +127,14 @@ def compose_and_check(
             overrides = [*master.hydra.overrides.hydra, *overrides]
             run_mode = RunMode.RUN
         cfg, problems = _diagnose(loader, config_name, overrides, run_mode)
-    result = Composition(None, problems)
+    result = Composition(None, problems, hand=hand)
+    if cfg is not None:
+        # Before Hydra starts: its callbacks and logging config run before any job.
+        flagged = {p.key for p in problems}
+        chosen = _group_content(loader, cfg)
+        result.problems += [p for p in trust_problems(cfg, hand, chosen) if p.key not in flagged]
     if cfg is not None and validate:
-        failed = {p.key for p in problems}
+        failed = {p.key for p in result.problems}
         with hydra_compat.as_job(cfg, job_num):
             result.run_dir = str(cfg.hydra.runtime.output_dir)
             resolved, found = check(cfg, in_place=True)
@@ -129,6 +143,20 @@ def compose_and_check(
         result.resolved = resolved
         result.problems += [p for p in found if p.key not in failed]
     return result
+
+
+def _group_content(loader: ConfigLoader, cfg: DictConfig) -> Any:
+    """``group -> the content of the option cfg chose for it, from its file alone``."""
+    choices = OmegaConf.select(cfg, "hydra.runtime.choices", default=None) or {}
+
+    def content(group: str) -> Any:
+        try:
+            found = loader.repository.load_config(f"{group}/{choices[group]}")  # type: ignore[attr-defined]
+            return OmegaConf.to_container(found.config, resolve=False) if found else None
+        except Exception:
+            return None
+
+    return content
 
 
 def check(cfg: Any, *, in_place: bool = False) -> tuple[DictConfig, list[Problem]]:

@@ -177,7 +177,7 @@ class ModelConfig:
     tiny: TinyModelConfig = section(TinyModelConfig, when=("model.source", ModelSource.tiny))
     # Hub revision (branch, tag or commit) to load.
     revision: str | None = None
-    # Allow custom modelling code shipped with the checkpoint.
+    # Run the modelling code shipped with the checkpoint (only from the command line).
     trust_remote_code: bool = False
 
 
@@ -367,7 +367,7 @@ class DistributedConfig:
 class RewardConfig:
     """The task's reward function, named by `_target_`."""
 
-    # Dotted path of a function (prompt, completion, answer) -> float.
+    # Dotted path of a @reward function, called as f(prompt=, completion=, answer=) -> float.
     _target_: str = MISSING
 
 
@@ -379,7 +379,7 @@ class TaskConfig:
     name: str = bounded(MISSING, nonempty=True)
     # Where examples come from: a generator function or a JSONL file.
     source: TaskSource = TaskSource.generated
-    # Dotted path of the example generator (source=generated).
+    # Dotted path of the @generator function (source=generated).
     generator: str | None = None
     # JSONL file with one {"prompt": ..., "answer": ...} object per line (source=jsonl).
     path: str | None = None
@@ -389,7 +389,7 @@ class TaskConfig:
     params: dict[str, Any] = field(default_factory=dict)
     # Reward function.
     reward: RewardConfig = field(default_factory=RewardConfig)
-    # Module prefixes, besides art_hydra's own, whose functions reward and generator may name.
+    # Modules whose unmarked functions reward and generator may name (command line only).
     allowed_modules: list[str] = field(default_factory=list)
 
 

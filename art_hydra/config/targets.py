@@ -1,29 +1,104 @@
-"""Dotted targets (rewards, generators) resolve only to code the user chose.
+"""Dotted targets (rewards, generators) resolve only to code written to be one.
 
-A config value that names a function is code the run will execute, so it resolves
-through an allowlist of module prefixes: art_hydra's own, the modules of installed
-validator plugins, and what the user lists in ``task.allowed_modules``. Standard-library
-modules are never allowed (``os.execlp``, ``subprocess.getoutput``, ``builtins.eval``),
-and the object found must be a plain Python function whose own module is allowed, so a
-re-export of ``os.system`` from an allowed module is refused too. The prefix check needs
-no import and runs at composition; importing and checking the object runs in the world
-pre-flight.
+A config value that names a function is code the run will execute, and a config file
+may come from elsewhere (a shared experiment, a colleague's ``--config-dir``). So a
+target is eligible only when it is
+
+* a function carrying the marker of its role (``@reward`` / ``@generator``, from
+  :mod:`art_hydra.tasks.markers`, also ``from art_hydra import reward, generator``), or
+* named by the user's own hand: the target itself set on the command line (or by the
+  Python caller), or a function of a module listed in ``task.allowed_modules`` given on
+  the command line (a config file cannot widen what may run: see
+  :mod:`art_hydra.config.trust`).
+
+Whatever route names them, some targets are never eligible, and are refused at
+composition without importing anything: the standard library, the libraries of
+:data:`LIBRARIES` (their functions load pickles, write files, start processes, and were
+never written to be called with a prompt), ``__main__``, and every ``art_hydra.*`` path
+that is not one of art_hydra's own marked rewards and generators (:data:`ART_HYDRA_REWARDS`,
+:data:`ART_HYDRA_GENERATORS`: a static registry, so composition needs no import; a test
+keeps it equal to the marked functions). Rewards are called by parameter name
+(``reward(prompt=..., completion=..., answer=...)``) and generators as
+``generator(rng=..., num_examples=..., **task.params)``, so a library function that
+happens to take three positional arguments cannot be called as one.
+
+Whether a function named by a config file carries its marker is decided in two steps:
+before anything is imported, the module's source is located on ``sys.path`` without
+executing it (the parent packages are not imported) and read with :mod:`ast`; a
+top-level ``def`` without a ``@reward``/``@generator`` decorator is refused there. Only
+then is the module imported, and the marker the decorator really set is confirmed on
+the function object (a re-export, or a source that cannot be read statically, is
+decided by this second step alone).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import re
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
-from art_hydra.config.registry import plugin_modules
+#: The attribute the markers set on a function: its role ("reward" or "generator").
+ROLE_ATTR = "__art_hydra_role__"
+#: Roles, by config key.
+ROLE_OF_KEY = {"task.reward._target_": "reward", "task.generator": "generator"}
 
-#: Modules whose functions targets may always name.
-BUILTIN_PREFIXES = ("art_hydra",)
+#: art_hydra's own marked rewards and generators: the only ``art_hydra.*`` targets.
+ART_HYDRA_REWARDS = frozenset(
+    {"art_hydra.tasks.rewards.exact_match", "art_hydra.tasks.rewards.char_overlap"}
+)
+ART_HYDRA_GENERATORS = frozenset(
+    {
+        "art_hydra.tasks.toy.reverse_examples",
+        "art_hydra.tasks.toy.digit_sum_examples",
+        "art_hydra.tasks.toy.copy_examples",
+    }
+)
+
+#: Libraries whose functions are never a reward or a generator, by top-level package.
+#: A list, not a rule, because nothing in a function says "this is a library gadget":
+#: ``numpy.load``, ``joblib.load``, ``pandas.read_pickle``, ``torch.load`` unpickle the
+#: file their first argument names, ``matplotlib.pyplot.savefig`` writes one, and so on.
+#: Generous on purpose: the ML stack art_hydra runs on, the serialisation libraries, and
+#: the tooling installed beside it; a user's own package is never among them.
+LIBRARIES = frozenset(
+    {
+        # Serialisation and pickles.
+        "joblib", "dill", "cloudpickle", "jsonpickle", "msgpack", "yaml", "ruamel",
+        "pickle5", "h5py", "tables", "pyarrow", "fastparquet", "orjson", "ujson",
+        # The array, data and science stack.
+        "numpy", "pandas", "polars", "scipy", "sklearn", "sympy", "mpmath", "networkx",
+        "numba", "numexpr", "statsmodels", "xarray", "PIL", "cv2", "imageio",
+        # Deep learning and model tooling.
+        "torch", "torchvision", "torchaudio", "functorch", "triton", "transformers", "peft",
+        "safetensors", "datasets", "tokenizers", "sentencepiece", "tiktoken",
+        "huggingface_hub", "accelerate", "trl", "unsloth", "unsloth_zoo", "bitsandbytes",
+        "xformers", "deepspeed", "vllm", "flash_attn", "evaluate", "diffusers", "timm",
+        "tensorflow", "keras", "jax", "jaxlib", "flax", "optax", "onnx", "onnxruntime",
+        # Configuration, launching, logging and plotting.
+        "hydra", "hydra_plugins", "omegaconf", "antlr4", "submitit", "matplotlib",
+        "mpl_toolkits", "seaborn", "plotly", "tensorboard", "tensorboardX", "wandb",
+        "mlflow", "tqdm", "rich", "click", "typer", "fire",
+        # Files, processes, networks and shells.
+        "fsspec", "filelock", "psutil", "requests", "urllib3", "httpx", "aiohttp",
+        "paramiko", "fabric", "invoke", "sh", "plumbum", "pexpect", "ptyprocess",
+        "docker", "git", "boto3", "botocore", "s3fs", "gcsfs", "google", "grpc",
+        # Code loaders and the interpreter's own tooling.
+        "jinja2", "mako", "cffi", "Cython", "IPython", "ipykernel", "jupyter_client",
+        "pip", "setuptools", "pkg_resources", "_distutils_hack", "wheel", "packaging",
+        "importlib_metadata", "importlib_resources", "pytest", "_pytest", "pluggy",
+        "coverage", "typing_extensions", "six", "attr", "attrs", "regex", "loky",
+    }
+)  # fmt: skip
+
+#: Names that are never modules of the user's code.
+_NEVER = frozenset({"__main__", "__mp_main__"})
 
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 
@@ -32,43 +107,162 @@ class TargetError(ValueError):
     """A target that may not or cannot be used; the message says why and what to do."""
 
 
-def allowed_prefixes(extra: Iterable[str]) -> tuple[str, ...]:
-    return (*BUILTIN_PREFIXES, *plugin_modules(), *(str(p) for p in extra))
+class NotMarkedError(TargetError):
+    """A function a config file named that is not marked for its role."""
 
 
 def _under(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
 
-def _stdlib(module: str) -> bool:
-    top = module.partition(".")[0]
-    return top in sys.stdlib_module_names or top in sys.builtin_module_names
+def _prefixes(path: str) -> list[str]:
+    parts = path.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-def refusal(path: str | None, key: str, allowed: tuple[str, ...]) -> str | None:
-    """Why ``path`` may not be used as ``key`` (None when it may); imports nothing."""
+def _stdlib(path: str) -> str | None:
+    """The standard-library module ``path`` lies in (checked at every dotted prefix, so
+    ``os.path.join`` and ``xml.etree.ElementTree.parse`` are both caught), or None."""
+    names = sys.stdlib_module_names | set(sys.builtin_module_names) | _NEVER
+    return next((p for p in _prefixes(path) if p in names), None)
+
+
+def _library(path: str) -> str | None:
+    top = path.partition(".")[0]
+    return top if top in LIBRARIES else None
+
+
+def _own(role: str) -> frozenset[str]:
+    return ART_HYDRA_REWARDS if role == "reward" else ART_HYDRA_GENERATORS
+
+
+def refusal(path: Any, key: str) -> str | None:
+    """Why ``path`` may never be used as ``key``, whoever names it (None when it may be,
+    if eligible); imports nothing."""
+    role = ROLE_OF_KEY[key]
     if path is None or not _DOTTED.match(str(path)):
         return f"must be the dotted path of a function (module.function), not {path!r}."
-    module = str(path).rpartition(".")[0]
-    if _stdlib(module):
+    path = str(path)
+    module = path.rpartition(".")[0]
+    stdlib = _stdlib(path)
+    if stdlib is not None:
         return (
-            f"names the standard-library module '{module}'; a {key.rpartition('.')[2]} runs "
-            "as part of training, so only your own modules may be named."
+            f"names the standard-library module '{stdlib}'; a {role} runs as part of "
+            "training, so only functions written as one may be named."
         )
-    if not any(_under(module, p) for p in allowed):
+    library = _library(path)
+    if library is not None:
         return (
-            f"names the module '{module}', which is not allowed to run: targets resolve only "
-            f"under {', '.join(allowed)}. Add your module to task.allowed_modules to allow it."
+            f"names a function of the library '{library}', which is never a {role}: library "
+            "functions load files (often pickles), write them or start processes, and were not "
+            f"written to be called as a {role}; write your own function and mark it @{role}."
+        )
+    if _under(module, "art_hydra") and path not in _own(role):
+        return (
+            f"is not one of art_hydra's own {role}s ({', '.join(sorted(_own(role)))}); "
+            f"art_hydra's other functions are never a {role}."
         )
     return None
 
 
-def resolve(path: str, key: str, allowed: tuple[str, ...]) -> Any:
-    """Import and return the function ``path`` names, or raise :class:`TargetError`."""
-    why = refusal(path, key, allowed)
+def refused_module(module: str) -> bool:
+    """Whether ``module`` may never be listed in ``task.allowed_modules``."""
+    return bool(_stdlib(module) or _library(module) or _under(module, "art_hydra"))
+
+
+def marker_in_source(path: str, role: str) -> bool | None:
+    """Whether the source of ``path``'s module decorates the top-level ``def`` of its
+    function with ``@<role>`` (``@reward(...)``, ``@art_hydra.reward``, ...), read
+    without executing anything; None when the source or the ``def`` cannot be found
+    statically (a re-export, an extension module, a finder with no file)."""
+    module, _, name = path.rpartition(".")
+    source = module_source(module)
+    if source is None:
+        return None
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    defs = [
+        node
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name
+    ]
+    if not defs:
+        return None
+    return any(_decorator_name(d) == role for d in defs[-1].decorator_list)  # the last wins
+
+
+def _decorator_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def module_origin(module: str) -> str | None:
+    """Where ``module`` would be loaded from (a file, or "built-in"), found on the import
+    path without importing it or its parent packages; None if it cannot be found so."""
+    if module in sys.modules:
+        return getattr(sys.modules[module], "__file__", None) or "built-in"
+    parts = module.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])  # a top-level name imports nothing
+        for i in range(1, len(parts)):
+            locations = spec.submodule_search_locations if spec is not None else None
+            if locations is None:
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), locations)
+    except (ImportError, ValueError, AttributeError):
+        return None
+    return spec.origin if spec is not None else None
+
+
+def module_source(module: str) -> Path | None:
+    """The ``.py`` file of ``module`` (see :func:`module_origin`), or None."""
+    origin = module_origin(module)
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
+def role_of(fn: Any) -> str | None:
+    """The role the marker set on ``fn`` (None: unmarked)."""
+    role = getattr(fn, ROLE_ATTR, None)
+    return role if isinstance(role, str) else None
+
+
+def not_marked(path: str, key: str) -> str:
+    """Why a function a config file named may not run, and both ways to allow it."""
+    role = ROLE_OF_KEY[key]
+    module = path.rpartition(".")[0]
+    return (
+        f"names '{path}', which is not marked as a {role}, and a config file may name only "
+        f"functions written as one. If it is yours, mark it (from art_hydra import {role}; "
+        f"@{role}{'(needs_answer=...)' if role == 'reward' else ''} above its def); or, if you "
+        f"trust it as it is, name it on the command line: {key}={path} (or "
+        f"task.allowed_modules=[{module}])."
+    )
+
+
+def resolve(path: str, key: str, *, by_hand: bool = True, hand_modules: Iterable[str] = ()) -> Any:
+    """Import and return the function ``path`` names, or raise :class:`TargetError`.
+
+    ``by_hand``: the user named this target themselves (command line, Python caller);
+    ``hand_modules``: ``task.allowed_modules`` as the user gave it by hand. Otherwise the
+    function must carry the marker of its role, checked in the source before the module
+    is imported, then on the object.
+    """
+    why = refusal(path, key)
     if why is not None:
         raise TargetError(why)
+    role = ROLE_OF_KEY[key]
     module_name, _, attr = path.rpartition(".")
+    hand_modules = tuple(str(m) for m in hand_modules)
+    trusted = by_hand or any(_under(module_name, m) for m in hand_modules)
+    if not trusted and marker_in_source(path, role) is False:
+        raise NotMarkedError(not_marked(path, key))
     try:
         found = importlib.util.find_spec(module_name) is not None
     except (ImportError, ValueError):
@@ -86,10 +280,24 @@ def resolve(path: str, key: str, allowed: tuple[str, ...]) -> Any:
         raise TargetError(
             f"is a {type(obj).__name__}, not a plain Python function defined in your code."
         )
-    home = obj.__module__ or ""
-    if _stdlib(home) or not any(_under(home, p) for p in allowed):
+    return _eligible(obj, path, key, trusted, (module_name, *hand_modules))
+
+
+def _eligible(fn: Any, path: str, key: str, trusted: bool, modules: tuple[str, ...]) -> Any:
+    role = ROLE_OF_KEY[key]
+    home = f"{fn.__module__ or ''}.{fn.__qualname__}"
+    if refusal(home, key) is not None and home not in _own(role):
+        raise TargetError(f"is '{home}' re-exported from '{path}': {refusal(home, key)}")
+    marked = role_of(fn)
+    if marked == role:
+        return fn
+    if marked is not None:
+        raise TargetError(f"is marked as a {marked}, not a {role}.")
+    if not trusted:
+        raise NotMarkedError(not_marked(path, key))
+    if not any(_under(fn.__module__ or "", m) for m in modules):
         raise TargetError(
-            f"is '{home}.{obj.__qualname__}' re-exported from '{module_name}'; its own module "
-            f"'{home}' is not allowed to run."
+            f"is '{home}' re-exported from '{path.rpartition('.')[0]}'; its own module "
+            f"'{fn.__module__}' was not named, and the function is not marked as a {role}."
         )
-    return obj
+    return fn

@@ -30,7 +30,7 @@ from art_hydra.config.schema import (
     ModelSource,
     TaskSource,
 )
-from art_hydra.config.targets import allowed_prefixes, refusal
+from art_hydra.config.targets import refusal, refused_module
 
 
 def _is_rl(cfg: DictConfig) -> bool:
@@ -214,9 +214,10 @@ def tiny_model_heads(cfg: DictConfig) -> Iterator[Problem]:
 
 @validator
 def task_names_its_sources(cfg: DictConfig) -> Iterator[Problem]:
-    """A task needs its data (a file or a generator) and a reward, each allowed to run."""
+    """A task needs its data (a file or a generator) and a reward; neither may name the
+    standard library, a library gadget or art_hydra's own non-reward code, whoever names
+    it (which code a config file alone may name is :mod:`art_hydra.config.trust`'s)."""
     task = cfg.task
-    allowed = allowed_prefixes(task.allowed_modules)
     if task.source == TaskSource.jsonl and task.path is None:
         yield Problem(
             "task.path",
@@ -225,7 +226,7 @@ def task_names_its_sources(cfg: DictConfig) -> Iterator[Problem]:
             fix(note="task.path=/path/to/data.jsonl"),
         )
     if task.source == TaskSource.generated:
-        why = refusal(task.generator, "task.generator", allowed)
+        why = refusal(task.generator, "task.generator")
         if why is not None:
             yield Problem(
                 "task.generator",
@@ -233,13 +234,23 @@ def task_names_its_sources(cfg: DictConfig) -> Iterator[Problem]:
                 f"task.source=generated needs an example generator: it {why}",
                 fix({"task": "reverse"}, alt=fix(note="task.generator=my_pkg.my_module.examples")),
             )
-    why = refusal(task.reward._target_, "task.reward._target_", allowed)
+    why = refusal(task.reward._target_, "task.reward._target_")
     if why is not None:
         yield Problem(
             "task.reward._target_",
             task.reward._target_,
             f"the reward {why}",
             fix({"task.reward._target_": "art_hydra.tasks.rewards.exact_match"}),
+        )
+    never = [m for m in task.allowed_modules if refused_module(str(m))]
+    if never:
+        yield Problem(
+            "task.allowed_modules",
+            list(task.allowed_modules),
+            f"lists {', '.join(never)}: the standard library, libraries such as numpy or "
+            "torch, and art_hydra itself can never be allowed (their functions load files, "
+            "write them or start processes); list only your own modules.",
+            fix(note="task.allowed_modules=[my_pkg.my_rewards]"),
         )
 
 

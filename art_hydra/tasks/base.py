@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from art_hydra.config.schema import AlgorithmName, TaskSource
-from art_hydra.config.targets import TargetError, allowed_prefixes, resolve
+from art_hydra.config.targets import TargetError, resolve
+from art_hydra.config.trust import current_hand
 from art_hydra.tasks.examples import Example, TaskDataError
 from art_hydra.tasks.jsonl import line_limit, read_jsonl
 from art_hydra.tasks.rewards import RewardFn, needs_answer
@@ -55,18 +56,24 @@ def data_rules(cfg: Any, reward: Any) -> DataRules:
 
 
 def resolve_task_code(task_cfg: Any, key: str) -> Any:
-    """The reward (``key="task.reward._target_"``) or generator, through the allowlist."""
+    """The reward (``key="task.reward._target_"``) or generator: a marked function, or one
+    the user named by hand (the target, or its module in ``task.allowed_modules``; see
+    :mod:`art_hydra.config.targets`). Outside a checked entry (``train(cfg)`` from
+    Python) everything in ``cfg`` counts as the caller's own choice."""
     path = task_cfg.reward._target_ if key == "task.reward._target_" else task_cfg.generator
+    hand = current_hand()
+    modules = task_cfg.allowed_modules if hand is None or hand.set("task.allowed_modules") else ()
     try:
-        return resolve(path, key, allowed_prefixes(task_cfg.allowed_modules))
+        return resolve(path, key, by_hand=hand is None or hand.set(key), hand_modules=modules)
     except TargetError as exc:
         raise TaskDataError(f"{key}={path}: {exc}") from exc
 
 
 def generate_examples(task_cfg: Any, generator: Any, seed: int) -> list[Example]:
-    """The generated task's examples, reproducible from ``seed``."""
+    """The generated task's examples, reproducible from ``seed``; the generator is called
+    by parameter name, ``generator(rng=..., num_examples=..., **task.params)``."""
     params = dict(task_cfg.params)
-    return list(generator(random.Random(seed), task_cfg.num_examples, **params))
+    return list(generator(rng=random.Random(seed), num_examples=task_cfg.num_examples, **params))
 
 
 def build_task(cfg: Any) -> Task:

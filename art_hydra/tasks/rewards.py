@@ -1,9 +1,10 @@
-"""Reward functions: ``reward(prompt, completion, answer) -> float``.
+"""Reward functions: ``reward(prompt=..., completion=..., answer=...) -> float``.
 
-A reward that scores against the example's reference answer says so with
-``@reward(needs_answer=True)``, so the data check can refuse a file whose lines lack an
-answer when it is read, not when the line is first sampled mid-run. Functions without
-the marker need an answer when their ``answer`` parameter is annotated as a plain
+A reward is marked ``@reward`` (:mod:`art_hydra.tasks.markers`): a config file may name
+only marked functions. A reward that scores against the example's reference answer
+says so with ``@reward(needs_answer=True)``, so the data check can refuse a file whose
+lines lack an answer when it is read, not when the line is first sampled mid-run.
+Otherwise a reward needs an answer when its ``answer`` parameter is annotated as a plain
 ``str``; ``str | None``, a default value or no annotation means it is optional.
 """
 
@@ -13,17 +14,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from art_hydra.tasks.markers import reward
+
 RewardFn = Callable[[str, str, "str | None"], float]
 
-
-def reward(*, needs_answer: bool) -> Callable[[RewardFn], RewardFn]:
-    """Mark a reward function with whether it needs each example's ``answer``."""
-
-    def mark(fn: RewardFn) -> RewardFn:
-        fn.needs_answer = needs_answer  # type: ignore[attr-defined]
-        return fn
-
-    return mark
+__all__ = ["RewardFn", "char_overlap", "exact_match", "needs_answer", "reward"]
 
 
 def needs_answer(fn: Any) -> bool:
@@ -31,10 +26,10 @@ def needs_answer(fn: Any) -> bool:
     marked = getattr(fn, "needs_answer", None)
     if isinstance(marked, bool):
         return marked
-    params = list(inspect.signature(fn).parameters.values())
-    if len(params) < 3 or params[2].default is not inspect.Parameter.empty:
+    param = inspect.signature(fn).parameters.get("answer")
+    if param is None or param.default is not inspect.Parameter.empty:
         return False
-    annotation = params[2].annotation
+    annotation = param.annotation
     text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
     return text == "str"
 

@@ -110,7 +110,7 @@ def score_batch(
         try:
             for index, (example, completion) in enumerate(pairs):
                 progress.update(index=index, doing="scoring")
-                value = reward(example.prompt, completion, example.answer)
+                value = reward(prompt=example.prompt, completion=completion, answer=example.answer)
                 progress["doing"] = "converting the value it returned for"
                 number = _number(value)
                 if isinstance(number, str):

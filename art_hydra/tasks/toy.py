@@ -7,8 +7,10 @@ import string
 from collections.abc import Iterator
 
 from art_hydra.tasks.examples import Example
+from art_hydra.tasks.markers import generator
 
 
+@generator
 def reverse_examples(
     rng: random.Random, num_examples: int, length: int = 3, alphabet: str = "abcdefgh"
 ) -> Iterator[Example]:
@@ -18,6 +20,7 @@ def reverse_examples(
         yield Example(prompt=f"{word}=", answer=word[::-1])
 
 
+@generator
 def digit_sum_examples(rng: random.Random, num_examples: int) -> Iterator[Example]:
     """``"3+4="`` -> ``"7"``: add two single digits."""
     for _ in range(num_examples):
@@ -25,6 +28,7 @@ def digit_sum_examples(rng: random.Random, num_examples: int) -> Iterator[Exampl
         yield Example(prompt=f"{a}+{b}=", answer=str(a + b))
 
 
+@generator
 def copy_examples(rng: random.Random, num_examples: int, length: int = 4) -> Iterator[Example]:
     """``"abcd:"`` -> ``"abcd"``: copy a string."""
     for _ in range(num_examples):

@@ -27,6 +27,7 @@ from omegaconf import OmegaConf
 from art_hydra.config.composition import announce_warnings, compose_and_check
 from art_hydra.config.hydra_compat import basic_sweeper
 from art_hydra.config.problems import Problem, errors, format_report, warnings_of
+from art_hydra.config.trust import hand_of
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +74,15 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
         launcher = self.config.hydra.launcher
         # A SLURM job runs on the cluster's nodes: their GPUs are checked by the job.
         here = not str(OmegaConf.select(launcher, "_target_", default="")).endswith("SlurmLauncher")
+        # Only the command line is the user's hand, not hydra.sweeper.params from a file.
+        given = OmegaConf.to_container(self.config.hydra.overrides, resolve=False)
+        choices = set(self.config.hydra.runtime.choices)
+        hand = hand_of([*given["hydra"], *given["task"]], lambda name: name in choices)
         with planned_launch(ranks_per_job(launcher)):
             for index, point in enumerate(points):
-                result = compose_and_check(loader, None, point, master=self.config, job_num=index)
+                result = compose_and_check(
+                    loader, None, point, master=self.config, job_num=index, hand=hand
+                )
                 add_world_problems(result, devices_here=here)
                 found.append(result.problems)
         return found

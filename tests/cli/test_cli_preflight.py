@@ -58,7 +58,7 @@ def test_config_and_world_problems_share_one_report(cli, tmp_path: Path) -> None
     assert proc.returncode == 1
     assert "The configuration cannot run (3 problems)" in out
     assert "missing.jsonl\n" in out and "does not exist; task data is read from" in out
-    assert "has no attribute 'nope'" in out
+    assert "is not one of art_hydra's own rewards" in out
     assert HINT not in out and "Traceback" not in out
     assert not (tmp_path / "outputs").exists()
 

@@ -48,7 +48,7 @@ def test_standard_library_targets_are_refused_at_composition(target: str) -> Non
 
 
 def test_modules_outside_the_allowlist_are_refused_until_allowed() -> None:
-    with pytest.raises(ConfigValidationError, match="not allowed to run"):
+    with pytest.raises(ConfigValidationError, match="library 'numpy', which is never a reward"):
         compose(["task.reward._target_=numpy.sum"])
     found = _world(
         ["task.reward._target_=acme_rewards.score", "task.allowed_modules=[acme_rewards]"]
@@ -67,11 +67,17 @@ def test_a_reexport_of_a_dangerous_function_is_refused(
     assert "not a plain Python function" in found["task.reward._target_"][0].reason
 
 
-def test_targets_that_do_not_exist_or_are_not_functions() -> None:
-    missing = _world(["task.reward._target_=art_hydra.tasks.rewards.no_such_reward"])
+def test_targets_that_do_not_exist_or_are_not_functions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "my_constants.py").write_text("LIMIT = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    missing = _world(["task.reward._target_=my_constants.no_such_reward"])
     assert "has no attribute 'no_such_reward'" in missing["task.reward._target_"][0].reason
-    constant = _world(["task.reward._target_=art_hydra.tasks.jsonl.BYTES_PER_TOKEN"])
+    constant = _world(["task.reward._target_=my_constants.LIMIT"])
     assert "not a plain Python function" in constant["task.reward._target_"][0].reason
+    with pytest.raises(ConfigValidationError, match="not one of art_hydra's own rewards"):
+        compose(["task.reward._target_=art_hydra.tasks.rewards.no_such_reward"])
 
 
 def test_generator_params_it_does_not_accept() -> None:
@@ -87,12 +93,15 @@ def test_user_code_runs_only_when_allowed_and_well_formed(
     (tmp_path / "my_task.py").write_text(
         "from art_hydra.tasks import Example\n"
         "def reward(prompt, completion):\n    return 1.0\n"
-        "def examples(rng, n):\n    return [Example('x=', 'x') for _ in range(n)]\n"
+        "def examples(rng, num_examples):\n"
+        "    return [Example('x=', 'x') for _ in range(num_examples)]\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     allowed = "task.allowed_modules=[my_task]"
     found = _world([allowed, "task.reward._target_=my_task.reward"])
-    assert "(prompt, completion, answer)" in found["task.reward._target_"][0].reason
+    assert (
+        "reward(prompt=..., completion=..., answer=...)" in found["task.reward._target_"][0].reason
+    )
     assert _world([allowed, "task=digit_sum", "task.generator=my_task.examples"]) == {}
 
 

@@ -1,0 +1,461 @@
+"""Only code the user chose, by the user's own hand.
+
+A config file may come from elsewhere (a shared experiment, a colleague's
+``--config-dir``), so what it says may not widen what runs. "The user's hand" is the
+command line (and ``compose(overrides=...)``, its Python twin): :func:`hand_of` reads
+from the overrides which keys the user set (``key=v``, ``+key=v``, ``++key=v``) and which
+groups they chose (``hydra/job_logging=x`` chooses that logging config's content; a
+group like ``task=x`` or ``experiment=x`` chooses a file, not the code it names, so its
+targets still need their markers). ``train(cfg)`` called from Python is the user's own
+code: no hand is recorded there (None), and everything counts as chosen.
+
+:func:`trust_problems` refuses, unless set by hand: ``model.trust_remote_code=true``
+(the model folder's Python would run), a non-empty ``task.allowed_modules`` (it widens
+which functions may run), a reward or generator whose source has no marker,
+``hydra.callbacks`` (Hydra instantiates each ``_target_``), logging factories in
+``hydra.job_logging``/``hydra.hydra_logging`` (``()`` keys, classes other than
+logging's local sinks, ``ext://`` objects other than the standard streams:
+``logging.config`` imports and calls them; and log files not named ``*.log``, since a
+log line whose format a file chose, appended to ``~/.bashrc`` or a ``.pth`` file, is
+code), submitit's ``hydra.launcher.setup`` shell lines (and any
+launcher value with a line break, which would become its own line of the job script),
+and ``hydra.job.env_set`` variables that make programs load code. It runs at composition
+for every entry (the CLI, the sweep master, every sweep point, ``compose``), before
+Hydra runs any callback or logging config. :func:`outside_code` lists, for a dry run,
+every piece of code outside art_hydra the run would import or execute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from art_hydra.config.problems import Kind, Problem, fix
+from art_hydra.config.targets import (
+    ART_HYDRA_GENERATORS,
+    ART_HYDRA_REWARDS,
+    ROLE_OF_KEY,
+    marker_in_source,
+    module_origin,
+    not_marked,
+    refusal,
+)
+
+#: Environment variables that make a program load code (set through hydra.job.env_set).
+CODE_VARIABLES = frozenset(
+    {
+        "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONSTARTUP",
+        "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT", "PYTHONBREAKPOINT",
+        "PYTHONEXECUTABLE", "BASH_ENV", "ENV", "PERL5OPT", "NODE_OPTIONS", "PATH",
+        "DYLD_INSERT_LIBRARIES", "DYLD_LIBRARY_PATH", "GIT_SSH_COMMAND", "GIT_EXEC_PATH",
+        "HF_MODULES_CACHE",
+    }
+)  # fmt: skip
+#: Logging classes a config file may name: local sinks and formatters (Hydra's own
+#: defaults use these); the network handlers (socket, HTTP, SMTP, syslog) would send the
+#: run's log elsewhere.
+LOGGING_CLASSES = frozenset(
+    {
+        "logging.StreamHandler", "logging.FileHandler", "logging.NullHandler",
+        "logging.Formatter", "logging.Filter", "logging.handlers.RotatingFileHandler",
+        "logging.handlers.TimedRotatingFileHandler", "logging.handlers.WatchedFileHandler",
+        "logging.handlers.MemoryHandler",
+    }
+)  # fmt: skip
+#: ``ext://`` objects a logging config may name: the standard streams.
+_STREAMS = frozenset({"ext://sys.stdout", "ext://sys.stderr"})
+
+
+@dataclass(frozen=True)
+class Hand:
+    """What the user set with their own hand: keys and chosen groups."""
+
+    keys: frozenset[str] = frozenset()
+    groups: frozenset[str] = frozenset()
+
+    def set(self, key: str) -> bool:
+        """Whether ``key`` (or a mapping above it) was set by hand."""
+        parts = key.split(".")
+        return any(".".join(parts[: i + 1]) in self.keys for i in range(len(parts)))
+
+    def chose(self, group: str) -> bool:
+        return group in self.groups
+
+
+def hand_of(overrides: Sequence[str], is_group: Callable[[str], bool]) -> Hand:
+    """The keys and groups ``overrides`` set by hand (deletions widen nothing)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    keys: set[str] = set()
+    groups: set[str] = set()
+    for text in overrides:
+        try:
+            override = parser.parse_override(text)
+        except Exception:
+            continue  # composition reports it
+        if override.is_delete():
+            continue
+        name = override.key_or_group
+        if "/" in name or is_group(name):
+            groups.add(name)
+        else:
+            keys.update(_leaves(name, override.value()))
+    return Hand(frozenset(keys), frozenset(groups))
+
+
+def _leaves(key: str, value: Any) -> Iterator[str]:
+    """The keys a value sets: a mapping sets its leaves (``task.reward={}`` sets none),
+    anything else the key itself."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(f"{key}.{k}", v)
+    else:
+        yield key
+
+
+_current: ContextVar[Hand | None] = ContextVar("art_hydra_hand", default=None)
+
+
+def current_hand() -> Hand | None:
+    """The hand of the config being checked or run (None: a Python caller's config)."""
+    return _current.get()
+
+
+@contextmanager
+def by_hand(hand: Hand | None) -> Iterator[None]:
+    """Check and run a config whose hand-set keys are ``hand``."""
+    token = _current.set(hand)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def _select(cfg: Any, key: str, default: Any = None) -> Any:
+    try:
+        return OmegaConf.select(cfg, key, default=default)
+    except Exception:
+        try:
+            return OmegaConf.select(cfg, key, default=default, throw_on_resolution_failure=False)
+        except Exception:
+            return default
+
+
+def _raw(cfg: Any, key: str) -> Any:
+    node = _select(cfg, key)
+    if isinstance(node, DictConfig) or OmegaConf.is_list(node):
+        return OmegaConf.to_container(node, resolve=False)
+    return node
+
+
+def _refused(key: str, value: Any, reason: str, remedy: Any) -> Problem:
+    return Problem(key, value, reason, remedy, Kind.override)
+
+
+#: The content of the option a group has in a composed config (None: unknown).
+GroupContent = Callable[[str], Any]
+
+
+def trust_problems(
+    cfg: Any, hand: Hand | None, chosen: GroupContent | None = None
+) -> list[Problem]:
+    """Everything in ``cfg`` (composed, with its ``hydra`` node if any) that would run
+    code a config file chose and the user did not set by hand. ``chosen(group)`` gives
+    the file of a group's option alone: of a logging config chosen by hand, only what
+    that file says is trusted, not what another config file merged into it."""
+    if hand is None:
+        return []
+    found = _run_config_problems(cfg, hand)
+    if _select(cfg, "hydra") is not None:
+        found += _hydra_problems(cfg, hand, chosen)
+    return found
+
+
+def _run_config_problems(cfg: Any, hand: Hand) -> list[Problem]:
+    found: list[Problem] = []
+    if _select(cfg, "model.trust_remote_code") is True and not hand.set("model.trust_remote_code"):
+        name = _select(cfg, "model.name")
+        found.append(
+            _refused(
+                "model.trust_remote_code",
+                True,
+                f"is set by a config file: it would run the Python code that comes with the "
+                f"model '{name}' (its modeling files), and only you may decide that.",
+                fix(
+                    {"model.trust_remote_code": True},
+                    f"on the command line, if you trust the code of '{name}'",
+                    alt=fix({"model.trust_remote_code": False}),
+                ),
+            )
+        )
+    modules = _raw(cfg, "task.allowed_modules") or []
+    hand_modules = hand.set("task.allowed_modules")
+    if modules and not hand_modules:
+        found.append(
+            _refused(
+                "task.allowed_modules",
+                modules,
+                "is set by a config file; a config file cannot widen which functions may run "
+                "as a reward or generator.",
+                fix(
+                    {"task.allowed_modules": list(modules)},
+                    "on the command line, if you trust every function in these modules; or mark "
+                    "the functions @reward / @generator",
+                ),
+            )
+        )
+    keys = ["task.reward._target_"]
+    if str(_select(cfg, "task.source")) in ("generated", "TaskSource.generated"):
+        keys.append("task.generator")
+    for key in keys:
+        path = _select(cfg, key)
+        if path is None or refusal(path, key) is not None or hand.set(key):
+            continue
+        module = str(path).rpartition(".")[0]
+        if hand_modules and any(module == m or module.startswith(f"{m}.") for m in modules):
+            continue
+        if marker_in_source(str(path), ROLE_OF_KEY[key]) is False:
+            found.append(
+                _refused(
+                    key,
+                    path,
+                    not_marked(str(path), key),
+                    fix(note=f"mark it @{ROLE_OF_KEY[key]}, or {key}={path} on the command line"),
+                )
+            )
+    return found
+
+
+def _hydra_problems(cfg: Any, hand: Hand, chosen: GroupContent | None) -> list[Problem]:
+    found: list[Problem] = []
+    callbacks = _raw(cfg, "hydra.callbacks") or {}
+    for name, entry in callbacks.items() if isinstance(callbacks, dict) else []:
+        key = f"hydra.callbacks.{name}"
+        if entry and not hand.set(f"{key}._target_"):
+            target = entry.get("_target_") if isinstance(entry, dict) else entry
+            found.append(
+                _refused(
+                    key,
+                    target,
+                    "is a Hydra callback set by a config file: Hydra imports and calls its "
+                    "_target_ around the run, before art_hydra's checks could stop it.",
+                    fix(
+                        note=f"set {key} on the command line (+{key}._target_={target} and "
+                        "its arguments), if you trust it"
+                    ),
+                )
+            )
+    for node in ("job_logging", "hydra_logging"):
+        trusted = _hand_chosen_spots(f"hydra/{node}", hand, chosen)
+        if trusted is None:
+            continue
+        logging = _raw(cfg, f"hydra.{node}")
+        for where, value, why in [*logging_code(logging), *logging_files(logging)]:
+            key = f"hydra.{node}.{where}"
+            if (where, value) not in trusted and not hand.set(key):
+                found.append(
+                    _refused(
+                        key,
+                        value,
+                        f"{why}, in a logging config a config file chose: logging.config "
+                        "acts on it when Hydra sets up logging, before any check of art_hydra.",
+                        fix(
+                            note=f"choose the logging config on the command line "
+                            f"(hydra/{node}=<name>), or set {key} there, if you trust it"
+                        ),
+                    )
+                )
+    found += _launcher_problems(cfg, hand)
+    env = _raw(cfg, "hydra.job.env_set") or {}
+    for name, value in env.items() if isinstance(env, dict) else []:
+        key = f"hydra.job.env_set.{name}"
+        if str(name).upper() in CODE_VARIABLES and not hand.set(key):
+            found.append(
+                _refused(
+                    key,
+                    value,
+                    f"sets {name} for the job from a config file; programs read it to load "
+                    "code (libraries, interpreters, start-up files).",
+                    fix(note=f"+{key}={value} on the command line, if you trust it"),
+                )
+            )
+    return found
+
+
+def _hand_chosen_spots(
+    group: str, hand: Hand, chosen: GroupContent | None
+) -> set[tuple[str, str]] | None:
+    """The code spots of the logging config the user chose by hand (None: trust the whole
+    node, when its file cannot be read alone; empty: not chosen by hand)."""
+    if not hand.chose(group):
+        return set()
+    content = chosen(group) if chosen is not None else None
+    if content is None:
+        return None
+    return {(w, v) for w, v, _ in [*logging_code(content), *logging_files(content)]}
+
+
+def _launcher_problems(cfg: Any, hand: Hand) -> list[Problem]:
+    found: list[Problem] = []
+    setup = _raw(cfg, "hydra.launcher.setup")
+    if setup and not hand.set("hydra.launcher.setup"):
+        found.append(
+            _refused(
+                "hydra.launcher.setup",
+                setup,
+                "holds shell lines set by a config file; submitit runs them in each job's "
+                "script before the job starts.",
+                fix(note="hydra.launcher.setup=[...] on the command line, if you trust them"),
+            )
+        )
+    launcher = _raw(cfg, "hydra.launcher")
+    for where, value in _strings(launcher if isinstance(launcher, dict) else {}):
+        key = f"hydra.launcher.{where}"
+        if "\n" in value and not where.startswith("setup") and not hand.set(key):
+            found.append(
+                _refused(
+                    key,
+                    value,
+                    "has a line break: in a job script a value with a line break becomes a "
+                    "line of its own, a command the shell runs.",
+                    fix(note=f"write {key} on one line"),
+                )
+            )
+    return found
+
+
+def _strings(node: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _strings(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _strings(v, f"{where}[{i}]")
+    elif isinstance(node, str):
+        yield where, node
+
+
+def logging_files(node: Any, where: str = "") -> Iterator[tuple[str, str, str]]:
+    """Each log file of a ``dictConfig`` mapping whose name does not end in ``.log``:
+    a log line is text an attacker can shape (its format), and appended to a shell's
+    start-up file, a ``.pth`` file or a script it would become code."""
+    if isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from logging_files(v, f"{where}[{i}]")
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            path = f"{where}.{key}" if where else str(key)
+            if key == "filename" and not (isinstance(value, str) and value.endswith(".log")):
+                yield path, str(value), f"writes the log to {value}, a file not named *.log"
+            else:
+                yield from logging_files(value, path)
+
+
+def logging_code(node: Any, where: str = "") -> Iterator[tuple[str, str, str]]:
+    """Each place of a ``logging.config.dictConfig`` mapping that names code:
+    ``(key path, value, what it is)``."""
+    if isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from logging_code(v, f"{where}[{i}]")
+        return
+    if not isinstance(node, dict):
+        if isinstance(node, str) and node.startswith("ext://") and node not in _STREAMS:
+            yield where, node, f"names the object {node[6:]}"
+        return
+    for key, value in node.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key == "()":
+            yield path, str(value), f"is a factory, {value}"
+        elif key == "class" and str(value) not in LOGGING_CLASSES:
+            yield path, str(value), f"is the class {value}, not one of logging's local sinks"
+        elif key in ("queue", "listener") and isinstance(value, str):
+            yield path, value, f"names the object {value}"
+        else:
+            yield from logging_code(value, path)
+
+
+# ---- the dry run's account ----------------------------------------------------------
+
+
+def outside_code(cfg: Any, hydra: Any = None) -> list[tuple[str, str, str]]:
+    """Every piece of code outside art_hydra the run would import or execute, as
+    ``(what, name, file)``; ``hydra`` is the run's ``hydra`` node (or None)."""
+    found: list[tuple[str, str, str]] = []
+    reward = _select(cfg, "task.reward._target_")
+    if reward and reward not in ART_HYDRA_REWARDS:
+        found.append(("reward", str(reward), _file_of(str(reward))))
+    generator = _select(cfg, "task.generator")
+    generated = str(_select(cfg, "task.source")) in ("generated", "TaskSource.generated")
+    if generated and generator and generator not in ART_HYDRA_GENERATORS:
+        found.append(("generator", str(generator), _file_of(str(generator))))
+    if _select(cfg, "model.trust_remote_code") is True:
+        found += _remote_code(str(_select(cfg, "model.name")))
+    if hydra is None:
+        return found
+    callbacks = _raw(hydra, "callbacks") or {}
+    for name, entry in callbacks.items() if isinstance(callbacks, dict) else []:
+        target = entry.get("_target_") if isinstance(entry, dict) else None
+        if target:
+            found.append((f"hydra callback {name}", str(target), _file_of(str(target))))
+    for node in ("job_logging", "hydra_logging"):
+        for where, value, _ in logging_code(_raw(hydra, node)):
+            name = value[6:] if value.startswith("ext://") else value
+            found.append((f"logging {node}.{where}", value, _file_of(name)))
+    for line in _raw(hydra, "launcher.setup") or []:
+        found.append(("launcher setup line", str(line), "(shell, in each job's script)"))
+    return found
+
+
+def _file_of(path: str) -> str:
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        origin = module_origin(".".join(parts[:cut]))
+        if origin is not None:
+            return origin
+    return "(not found on sys.path)"
+
+
+def _remote_code(name: str) -> list[tuple[str, str, str]]:
+    folder = Path(os.path.expanduser(name))
+    if not folder.is_dir():
+        return [
+            (
+                "remote model code",
+                name,
+                "(the model's *.py files, downloaded from the Hugging Face hub when it loads)",
+            )
+        ]
+    found = [("remote model code", name, str(p)) for p in sorted(folder.glob("*.py"))]
+    try:
+        auto_map = json.loads((folder / "config.json").read_text()).get("auto_map") or {}
+    except (OSError, ValueError, AttributeError):
+        auto_map = {}
+    for kind, ref in sorted(auto_map.items()) if isinstance(auto_map, dict) else []:
+        found.append((f"remote model code ({kind})", str(ref), str(folder / "config.json")))
+    if not found:
+        found.append(("remote model code", name, f"(no *.py file in {folder})"))
+    return found
+
+
+def outside_code_report(cfg: Any, hydra: Any = None) -> str:
+    """The dry run's account of code outside art_hydra (inside a Hydra job, the job's
+    ``hydra`` node is read when none is given)."""
+    if hydra is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        hydra = HydraConfig.get() if HydraConfig.initialized() else None
+    found = outside_code(cfg, hydra)
+    if not found:
+        return "No code outside art_hydra runs: only art_hydra's own code is imported or executed."
+    lines = [f"  {what}: {name}\n      {file}" for what, name, file in found]
+    head = "Code outside art_hydra that this run would import or execute (with its file):"
+    return head + "\n" + "\n".join(lines)
