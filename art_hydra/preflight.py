@@ -679,6 +679,19 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
         ]
     holds = run_folder.holds_run(run_dir, cfg.checkpoint.dir)
     if not cfg.resume:
+        if holds and run_folder.latest_intact(run_dir / cfg.checkpoint.dir)[0] is None:
+            # A run that ended (kill -9, a crash) before its first checkpoint: nothing there
+            # can be resumed, so resume=true would be refused too.
+            return [
+                _world(
+                    "resume",
+                    False,
+                    f"the run folder {run_dir} holds the records of a run that ended before "
+                    "its first checkpoint (nothing there can be resumed); training there "
+                    "would mix two runs in one record.",
+                    fix(note=f"{_NEW_FOLDER} to start afresh, or delete that folder first"),
+                )
+            ]
         if holds:
             return [
                 _world(

@@ -307,10 +307,14 @@ def verify(folder: Path) -> str | None:
         manifest = safe_json.read(folder / MANIFEST)  # bounded: anyone may have written it
         sums = manifest["sha256"]
         if not isinstance(sums, dict):
-            raise TypeError(f"its sha256 entry is a {type(sums).__name__}, not a mapping")
+            raise TypeError("its 'sha256' is not a JSON object")
         listed = {str(name) for name in sums}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         return f"{folder / MANIFEST} cannot be read: {exc}"
+    for name in listed:  # names no file can have would raise OSError below
+        refused = safe_paths.path_refusal(folder / name)
+        if refused is not None:
+            return f"{folder / MANIFEST} names a file whose path {refused}"
     for name, kind in sorted(_entries(folder)):
         if name == MANIFEST:
             continue
@@ -323,9 +327,6 @@ def verify(folder: Path) -> str | None:
             return f"{folder / name} is a {kind}, not the file the checkpoint wrote"
     for name, expected in sums.items():
         path = folder / name
-        refused = safe_paths.path_refusal(path)
-        if refused is not None:  # would raise OSError below
-            return f"{folder / MANIFEST} names a file whose path {refused}"
         if os.path.isabs(name) or ".." in Path(name).parts or entry_kind(path) != "file":
             return f"{path} is missing"
         if _sha256(path) != expected:
@@ -380,12 +381,14 @@ def lock_holder(run_dir: Path) -> dict[str, Any] | None:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         try:
-            holder = json.loads(os.pread(fd, 4096, 0).decode(errors="replace") or "{}")
+            holder = safe_json.loads(os.pread(fd, 4096, 0).decode(errors="replace") or "{}")
         except ValueError:
             holder = {}
         if not isinstance(holder, dict):
             holder = {}
-        if holder.get("host") == socket.gethostname() and not pid_alive(int(holder.get("pid", 0))):
+        pid = holder.get("pid")
+        pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else 0
+        if holder.get("host") == socket.gethostname() and not pid_alive(pid):
             return None
         return holder
     else:

@@ -264,6 +264,13 @@ def test_run_folder_states(tmp_path: Path) -> None:
     (run / ".hydra").mkdir()  # Hydra writes this before every job: not a run yet
     assert _world([], run) == {}
     assert "holds no complete checkpoint" in _world(["resume=true"], run)["resume"][0].reason
+    # A run killed before its first checkpoint: its records, nothing resumable.
+    write_run_config(run, compose(["trainer.max_steps=2"]))
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    (early,) = _world(["trainer.max_steps=2"], run)["resume"]
+    assert "ended before its first checkpoint" in early.reason
+    assert "resume=true" not in early.fix.render() and "hydra.run.dir=" in early.fix.render()
+    (run / "metrics.jsonl").unlink()
     _finished_run(run, ["trainer.max_steps=2"])
     again = _world(["trainer.max_steps=2"], run)["resume"][0]
     assert "already holds a run" in again.reason
