@@ -158,9 +158,15 @@ def _main() -> None:
 def _precheck(args: Any) -> Composition | None:
     """Reject bad configs before Hydra creates anything; serve single-run dry runs.
     Returns the checked single run (None for a sweep, which its sweeper checks)."""
+    from art_hydra.config.problems import format_report
+    from art_hydra.config.yaml_guard import config_file_problems
     from art_hydra.preflight import add_world_problems
     from art_hydra.run import resolved_yaml
 
+    unsafe = config_file_problems(args.config_dir, args.config_path)
+    if unsafe:
+        sys.stderr.write(format_report(unsafe) + "\n")
+        sys.exit(1)
     loader = make_loader(args.config_dir, args.config_path)
     config_name = args.config_name or CONFIG_NAME
     overrides = list(args.overrides)

@@ -649,6 +649,11 @@ def _not_a_run_folder(cfg: DictConfig, run_dir: Path) -> str | None:
     if strays:
         shown = ", ".join(strays[:5]) + (f" and {len(strays) - 5} more" if len(strays) > 5 else "")
         return f"holds entries no run writes there ({shown}): it is not a run folder"
+    if _foreign_hydra_record(run_dir):
+        return (
+            f"holds another program's Hydra record ({run_folder.HYDRA_RECORD}/) and no run of "
+            "art_hydra: the run would replace that record"
+        )
     links = run_folder.linked_entries(run_dir, cfg.checkpoint.dir)
     if links:
         return (
@@ -656,6 +661,19 @@ def _not_a_run_folder(cfg: DictConfig, run_dir: Path) -> str | None:
             "run would write or read through it, outside its folder"
         )
     return None
+
+
+def _foreign_hydra_record(run_dir: Path) -> bool:
+    """A ``.hydra/`` with none of a run's own records beside it: another Hydra app's
+    output folder (unless this very job was told to write its record there by hand)."""
+    if not (run_dir / run_folder.HYDRA_RECORD).is_dir():
+        return False
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized() and HydraConfig.get().output_subdir == run_folder.HYDRA_RECORD:
+        return False
+    marks = (run_folder.LOCK, run_folder.RUN_CONFIG, run_folder.METRICS, "run_identity.json")
+    return not any(run_folder.entry_kind(run_dir / name) is not None for name in marks)
 
 
 def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:

@@ -402,6 +402,11 @@ def compose(
     :class:`ConfigValidationError` listing every problem; prints warnings. A relative
     ``config_dir`` is taken from the current directory at each call.
     """
+    from art_hydra.config.yaml_guard import config_file_problems
+
+    unsafe = config_file_problems(config_dir)
+    if unsafe:
+        raise ConfigValidationError(unsafe)
     result = compose_and_check(make_loader(config_dir), config_name, overrides, RunMode.RUN)
     if not result.ok:
         raise ConfigValidationError(result.problems)

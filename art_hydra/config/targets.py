@@ -144,6 +144,8 @@ def refusal(path: Any, key: str) -> str | None:
         return f"must be the dotted path of a function (module.function), not {path!r}."
     path = str(path)
     module = path.rpartition(".")[0]
+    if "__main__" in path.split("."):
+        return "names a __main__ module, a program's entry point: importing it runs the program."
     stdlib = _stdlib(path)
     if stdlib is not None:
         return (
@@ -238,7 +240,8 @@ def not_marked(path: str, key: str) -> str:
     role = ROLE_OF_KEY[key]
     module = path.rpartition(".")[0]
     return (
-        f"names '{path}', which is not marked as a {role}, and a config file may name only "
+        f"names '{path}', which is not marked as a {role} (a def decorated @{role} in its "
+        "module's source, read without running it), and a config file may name only "
         f"functions written as one. If it is yours, mark it (from art_hydra import {role}; "
         f"@{role}{'(needs_answer=...)' if role == 'reward' else ''} above its def); or, if you "
         f"trust it as it is, name it on the command line: {key}={path} (or "
@@ -261,7 +264,9 @@ def resolve(path: str, key: str, *, by_hand: bool = True, hand_modules: Iterable
     module_name, _, attr = path.rpartition(".")
     hand_modules = tuple(str(m) for m in hand_modules)
     trusted = by_hand or any(_under(module_name, m) for m in hand_modules)
-    if not trusted and marker_in_source(path, role) is False:
+    if not trusted and marker_in_source(path, role) is not True:
+        # Nothing of a module a config file named runs before its marker is seen: a def
+        # that cannot be found in the source without running it is refused.
         raise NotMarkedError(not_marked(path, key))
     try:
         found = importlib.util.find_spec(module_name) is not None

@@ -19,7 +19,11 @@ logging's local sinks, ``ext://`` objects other than the standard streams:
 log line whose format a file chose, appended to ``~/.bashrc`` or a ``.pth`` file, is
 code), submitit's ``hydra.launcher.setup`` shell lines (and any
 launcher value with a line break, which would become its own line of the job script),
-and ``hydra.job.env_set`` variables that make programs load code. It runs at composition
+``hydra.job.env_set`` variables other than thread counts and device visibility, any
+``_target_`` nested in the launcher's or sweeper's settings (Hydra instantiates them
+recursively), a ``hydra.output_subdir`` other than art_hydra's pending record, and log
+files outside the run folder or opened other than for appending. Every check reads the
+values as Hydra will act on them, interpolations resolved. It runs at composition
 for every entry (the CLI, the sweep master, every sweep point, ``compose``), before
 Hydra runs any callback or logging config. :func:`outside_code` lists, for a dry run,
 every piece of code outside art_hydra the run would import or execute.
@@ -38,6 +42,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from art_hydra.config import hydra_compat
 from art_hydra.config.problems import Kind, Problem, fix
 from art_hydra.config.targets import (
     ART_HYDRA_GENERATORS,
@@ -49,16 +54,20 @@ from art_hydra.config.targets import (
     refusal,
 )
 
-#: Environment variables that make a program load code (set through hydra.job.env_set).
-CODE_VARIABLES = frozenset(
+#: Environment variables a config file may set through ``hydra.job.env_set``: thread
+#: counts and device visibility. Any other variable may change what the job loads or
+#: where it connects (``LD_PRELOAD``, ``PYTHONPATH``, torch.distributed's ``MASTER_ADDR``
+#: and ``RANK``, ``HF_ENDPOINT``, proxies, ...), so only the command line sets it.
+SAFE_VARIABLES = frozenset(
     {
-        "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONSTARTUP",
-        "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT", "PYTHONBREAKPOINT",
-        "PYTHONEXECUTABLE", "BASH_ENV", "ENV", "PERL5OPT", "NODE_OPTIONS", "PATH",
-        "DYLD_INSERT_LIBRARIES", "DYLD_LIBRARY_PATH", "GIT_SSH_COMMAND", "GIT_EXEC_PATH",
-        "HF_MODULES_CACHE",
+        "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+        "TOKENIZERS_PARALLELISM", "CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF",
+        "CUBLAS_WORKSPACE_CONFIG",
     }
 )  # fmt: skip
+#: The record Hydra writes for each job goes here (conf/config.yaml): renamed to
+#: ``.hydra`` under the run folder's lock.
+JOB_RECORD = "${art_hydra.job_record:}"
 #: Logging classes a config file may name: local sinks and formatters (Hydra's own
 #: defaults use these); the network handlers (socket, HTTP, SMTP, syslog) would send the
 #: run's log elsewhere.
@@ -157,6 +166,33 @@ def _raw(cfg: Any, key: str) -> Any:
     return node
 
 
+def _view(cfg: Any, key: str) -> Any:
+    """``key``'s value as Hydra will act on it: plain data with every interpolation that
+    can be resolved now resolved (a handler written as ``${task.params.p}`` is checked as
+    the mapping it becomes); one that cannot be resolved yet (Hydra's runtime values)
+    stays as its text."""
+    try:
+        node = OmegaConf.select(cfg, key, throw_on_resolution_failure=False)
+    except Exception:
+        return None
+    return _resolved(node)
+
+
+def _resolved(node: Any) -> Any:
+    if isinstance(node, DictConfig):
+        return {k: _resolved(_child(node, k)) for k in node}
+    if OmegaConf.is_list(node):
+        return [_resolved(_child(node, i)) for i in range(len(node))]
+    return node
+
+
+def _child(node: Any, key: Any) -> Any:
+    try:
+        return node[key]
+    except Exception:  # missing or not resolvable yet: the text Hydra will resolve later
+        return hydra_compat.raw_value(node, key)
+
+
 def _refused(key: str, value: Any, reason: str, remedy: Any) -> Problem:
     return Problem(key, value, reason, remedy, Kind.override)
 
@@ -223,7 +259,7 @@ def _run_config_problems(cfg: Any, hand: Hand) -> list[Problem]:
         module = str(path).rpartition(".")[0]
         if hand_modules and any(module == m or module.startswith(f"{m}.") for m in modules):
             continue
-        if marker_in_source(str(path), ROLE_OF_KEY[key]) is False:
+        if marker_in_source(str(path), ROLE_OF_KEY[key]) is not True:
             found.append(
                 _refused(
                     key,
@@ -237,7 +273,7 @@ def _run_config_problems(cfg: Any, hand: Hand) -> list[Problem]:
 
 def _hydra_problems(cfg: Any, hand: Hand, chosen: GroupContent | None) -> list[Problem]:
     found: list[Problem] = []
-    callbacks = _raw(cfg, "hydra.callbacks") or {}
+    callbacks = _view(cfg, "hydra.callbacks") or {}
     for name, entry in callbacks.items() if isinstance(callbacks, dict) else []:
         key = f"hydra.callbacks.{name}"
         if entry and not hand.set(f"{key}._target_"):
@@ -258,8 +294,9 @@ def _hydra_problems(cfg: Any, hand: Hand, chosen: GroupContent | None) -> list[P
         trusted = _hand_chosen_spots(f"hydra/{node}", hand, chosen)
         if trusted is None:
             continue
-        logging = _raw(cfg, f"hydra.{node}")
-        for where, value, why in [*logging_code(logging), *logging_files(logging)]:
+        logging = _view(cfg, f"hydra.{node}")
+        run_dir = _view(cfg, "hydra.runtime.output_dir")
+        for where, value, why in [*logging_code(logging), *logging_files(logging, run_dir)]:
             key = f"hydra.{node}.{where}"
             if (where, value) not in trusted and not hand.set(key):
                 found.append(
@@ -275,20 +312,45 @@ def _hydra_problems(cfg: Any, hand: Hand, chosen: GroupContent | None) -> list[P
                     )
                 )
     found += _launcher_problems(cfg, hand)
-    env = _raw(cfg, "hydra.job.env_set") or {}
+    env = _view(cfg, "hydra.job.env_set") or {}
     for name, value in env.items() if isinstance(env, dict) else []:
         key = f"hydra.job.env_set.{name}"
-        if str(name).upper() in CODE_VARIABLES and not hand.set(key):
+        if str(name) not in SAFE_VARIABLES and not hand.set(key):
             found.append(
                 _refused(
                     key,
                     value,
-                    f"sets {name} for the job from a config file; programs read it to load "
-                    "code (libraries, interpreters, start-up files).",
+                    f"sets {name} for the job from a config file; a config file may set only "
+                    f"thread counts and device visibility ({', '.join(sorted(SAFE_VARIABLES))}): "
+                    "other variables can make the job load code or connect elsewhere.",
                     fix(note=f"+{key}={value} on the command line, if you trust it"),
                 )
             )
+    found += _output_subdir_problems(cfg, hand)
     return found
+
+
+def _output_subdir_problems(cfg: Any, hand: Hand) -> list[Problem]:
+    """Hydra writes each job's record under ``hydra.output_subdir``: it must stay inside
+    the run folder, and only the command line may move it from art_hydra's pending
+    record (which is renamed to ``.hydra`` only under the folder's lock)."""
+    hydra = _select(cfg, "hydra")
+    raw = OmegaConf.to_container(hydra, resolve=False).get("output_subdir") if hydra else None
+    if raw is None or raw == JOB_RECORD:
+        return []
+    key = "hydra.output_subdir"
+    text = str(raw)
+    parts = Path(os.path.normpath(text)).parts
+    if text.startswith(("/", "~")) or (parts and parts[0] == ".."):
+        reason = "would put Hydra's record of the job outside the run folder."
+    elif not hand.set(key):
+        reason = (
+            "is set by a config file; Hydra would write the job's record there before the "
+            "job holds the run folder's lock (a refused job could overwrite a running one's)."
+        )
+    else:
+        return []
+    return [_refused(key, raw, reason, fix(note=f"drop {key} (art_hydra's own: {JOB_RECORD})"))]
 
 
 def _hand_chosen_spots(
@@ -317,7 +379,7 @@ def _launcher_problems(cfg: Any, hand: Hand) -> list[Problem]:
                 fix(note="hydra.launcher.setup=[...] on the command line, if you trust them"),
             )
         )
-    launcher = _raw(cfg, "hydra.launcher")
+    launcher = _view(cfg, "hydra.launcher")
     for where, value in _strings(launcher if isinstance(launcher, dict) else {}):
         key = f"hydra.launcher.{where}"
         if "\n" in value and not where.startswith("setup") and not hand.set(key):
@@ -330,7 +392,40 @@ def _launcher_problems(cfg: Any, hand: Hand) -> list[Problem]:
                     fix(note=f"write {key} on one line"),
                 )
             )
+    for plugin in ("launcher", "sweeper"):
+        node = _view(cfg, f"hydra.{plugin}")
+        for where, target in _nested_targets(node if isinstance(node, dict) else {}):
+            key = f"hydra.{plugin}.{where}"
+            if not hand.set(key):
+                found.append(
+                    _refused(
+                        key,
+                        target,
+                        f"is a _target_ inside the {plugin}'s settings: Hydra instantiates "
+                        f"everything below the {plugin}, so a config file would choose code "
+                        "that runs before any check of art_hydra.",
+                        fix(
+                            note=f"remove it from the {plugin} config, or set {key} on the "
+                            "command line, if you trust it"
+                        ),
+                    )
+                )
     return found
+
+
+def _nested_targets(node: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """``_target_`` keys below the top of a plugin's settings (the plugin's own class,
+    which Hydra restricts to plugins, is at the top)."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            path = f"{where}.{k}" if where else str(k)
+            if k in ("_target_", "_partial_") and where:
+                yield path, str(v)
+            else:
+                yield from _nested_targets(v, path)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _nested_targets(v, f"{where}[{i}]")
 
 
 def _strings(node: Any, where: str = "") -> Iterator[tuple[str, str]]:
@@ -344,20 +439,44 @@ def _strings(node: Any, where: str = "") -> Iterator[tuple[str, str]]:
         yield where, node
 
 
-def logging_files(node: Any, where: str = "") -> Iterator[tuple[str, str, str]]:
-    """Each log file of a ``dictConfig`` mapping whose name does not end in ``.log``:
-    a log line is text an attacker can shape (its format), and appended to a shell's
-    start-up file, a ``.pth`` file or a script it would become code."""
+def logging_files(
+    node: Any, run_dir: Any = None, where: str = ""
+) -> Iterator[tuple[str, str, str]]:
+    """Each log file of a ``dictConfig`` mapping that a config file may not choose: one
+    outside the run folder (``run_dir``, or Hydra's ``${hydra.runtime.output_dir}``), one
+    not named ``*.log`` (a log line whose format a file chose, appended to a shell's
+    start-up file or a ``.pth`` file, is code), or opened other than for appending (it
+    would truncate the file)."""
     if isinstance(node, list):
         for i, v in enumerate(node):
-            yield from logging_files(v, f"{where}[{i}]")
+            yield from logging_files(v, run_dir, f"{where}[{i}]")
     elif isinstance(node, dict):
         for key, value in node.items():
             path = f"{where}.{key}" if where else str(key)
-            if key == "filename" and not (isinstance(value, str) and value.endswith(".log")):
-                yield path, str(value), f"writes the log to {value}, a file not named *.log"
+            if key == "filename":
+                why = _log_file_refusal(value, run_dir)
+                if why is not None:
+                    yield path, str(value), why
+            elif key == "mode" and "filename" in node and str(value) != "a":
+                yield path, str(value), f"opens the log file with mode {value!r}, not 'a'"
             else:
-                yield from logging_files(value, path)
+                yield from logging_files(value, run_dir, path)
+
+
+def _log_file_refusal(value: Any, run_dir: Any) -> str | None:
+    text = str(value)
+    if not text.endswith(".log"):
+        return f"writes the log to {value}, a file not named *.log"
+    folder, _, name = text.rpartition("/")
+    inside = folder == "${hydra.runtime.output_dir}" or (
+        isinstance(run_dir, str)
+        and "${" not in run_dir
+        and os.path.normpath(folder) == os.path.normpath(run_dir)
+    )
+    plain = name.replace("${hydra.job.name}", "job").replace("${hydra.job.num}", "0")
+    if not inside or not name or "${" in plain:
+        return f"writes the log to {value}, outside the run folder"
+    return None
 
 
 def logging_code(node: Any, where: str = "") -> Iterator[tuple[str, str, str]]:
@@ -401,16 +520,19 @@ def outside_code(cfg: Any, hydra: Any = None) -> list[tuple[str, str, str]]:
         found += _remote_code(str(_select(cfg, "model.name")))
     if hydra is None:
         return found
-    callbacks = _raw(hydra, "callbacks") or {}
+    callbacks = _view(hydra, "callbacks") or {}
     for name, entry in callbacks.items() if isinstance(callbacks, dict) else []:
         target = entry.get("_target_") if isinstance(entry, dict) else None
         if target:
             found.append((f"hydra callback {name}", str(target), _file_of(str(target))))
     for node in ("job_logging", "hydra_logging"):
-        for where, value, _ in logging_code(_raw(hydra, node)):
+        for where, value, _ in logging_code(_view(hydra, node)):
             name = value[6:] if value.startswith("ext://") else value
             found.append((f"logging {node}.{where}", value, _file_of(name)))
-    for line in _raw(hydra, "launcher.setup") or []:
+    for plugin in ("launcher", "sweeper"):
+        for where, target in _nested_targets(_view(hydra, plugin) or {}):
+            found.append((f"hydra {plugin} {where}", target, _file_of(target)))
+    for line in _view(hydra, "launcher.setup") or []:
         found.append(("launcher setup line", str(line), "(shell, in each job's script)"))
     return found
 

@@ -261,7 +261,10 @@ def test_run_folder_states(tmp_path: Path) -> None:
     assert _world([], run) == {}  # fresh (missing) folder
     assert "there is no run folder" in _world(["resume=true"], run)["resume"][0].reason
     run.mkdir()
-    (run / ".hydra").mkdir()  # Hydra writes this before every job: not a run yet
+    (run / ".hydra").mkdir()  # another Hydra app's output folder: its record is not ours
+    assert "another program's Hydra record" in _world([], run)["hydra.run.dir"][0].reason
+    (run / ".hydra").rmdir()
+    (run / ".hydra-pending-1").mkdir()  # Hydra writes this before every job: not a run yet
     assert _world([], run) == {}
     assert "holds no complete checkpoint" in _world(["resume=true"], run)["resume"][0].reason
     # A run killed before its first checkpoint: its records, nothing resumable.
