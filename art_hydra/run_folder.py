@@ -2,14 +2,15 @@
 
 A run folder belongs to one run. ``run_config.yaml`` records the resolved config the run
 was started with: it is the reference a resume is compared with, so continuing a run
-means continuing the same run (only the keys in :data:`MAY_CHANGE_ON_RESUME` may
-differ, and each accepted change is recorded in ``resumes.jsonl``). While a run trains
-it holds an exclusive lock on ``run.lock`` (``flock``: released by the kernel on any
-exit, kill -9 included; the file names the holder's pid and host). Each checkpoint
-carries a manifest of its files' SHA-256 sums; only a checkpoint whose manifest verifies
-(every listed file there with its sum, and no file it does not list) is resumed from,
-and checkpoints are ordered by step number, not by name. Everything here is plain
-files, no torch, so the CLI can check a folder before Hydra creates it.
+means continuing the same run (only the keys whose schema field says
+``resume="may_change"`` may differ, and each accepted change is recorded in
+``resumes.jsonl``). While a run trains it holds an exclusive lock on ``run.lock``
+(``flock``: released by the kernel on any exit, kill -9 included; the file names the
+holder's pid and host). Each checkpoint carries a manifest of its files' SHA-256 sums;
+only a checkpoint whose manifest verifies (every listed file there with its sum, and no
+file it does not list) is resumed from, and checkpoints are ordered by step number, not
+by name. Everything here is plain files, no torch, so the CLI can check a folder before
+Hydra creates it.
 
 A run writes inside its own folder only: the files it appends to or truncates are
 opened without following a symbolic link (``O_NOFOLLOW``) and must be regular files,
@@ -38,6 +39,7 @@ from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf
 
 from art_hydra import safe_json, safe_paths
+from art_hydra.config import fields
 from art_hydra.config.store import job_record_name
 
 #: The resolved config the run started with (updated by each accepted resume).
@@ -216,40 +218,6 @@ def linked_entries(run_dir: Path, checkpoint_dir: str) -> list[str]:
             break
     return sorted(found)
 
-
-#: Keys a resume may change: how long the run goes on, how it reports and saves, how long
-#: its waits last, how many CPU threads compute (float rounding only, as on another
-#: machine). Everything else is what the checkpoint's weights, optimizer state, data
-#: order and metrics depend on.
-MAY_CHANGE_ON_RESUME = (
-    "trainer.max_steps",
-    "checkpoint.every_steps",
-    "checkpoint.keep_last",
-    "logging.*",
-    "queue.*",
-    "timeouts.*",
-    "producer.log_completions",
-    "backend.cpu_threads",
-    "resume",
-    "dry_run",
-    "strict",
-)
-
-
-#: Keys added after run folders were first written (10222b5), each with the value that
-#: does what the code did before the key existed: a saved config without one is compared
-#: as if it held that value, so an older run resumes under the behaviour it was trained
-#: with (or is refused, naming the key and that value).
-ADDED_LATER: dict[str, Any] = {
-    "rl.num_iterations": 1,
-    "rl.steps_per_generation": 1,
-    "rl.overlap_rollouts": False,
-    "producer.share_prompts": False,
-    "backend.cpu_threads": None,
-    "distributed.world_size": 1,
-    "distributed.backend": "auto",
-    "distributed.timeout_s": 300.0,
-}
 
 #: Switches of one invocation, not settings of the run: never recorded as a change.
 _SWITCHES = ("resume", "dry_run")
@@ -479,16 +447,19 @@ def plain(cfg: DictConfig) -> dict[str, Any]:
 
 
 def differences(saved: dict[str, Any], cfg: DictConfig) -> list[tuple[str, Any, Any]]:
-    """``(key, saved value, new value)`` for every key that differs (see
-    :data:`ADDED_LATER` for keys the saved config predates)."""
+    """``(key, saved value, new value)`` for every key that differs. A key the saved
+    config predates is compared as if it held the schema's ``legacy`` value for it, the
+    value that does what the code did before the key existed, so an older run resumes
+    under the behaviour it was trained with (or is refused, naming the key and value)."""
     old, new = _flat(saved), _flat(plain(cfg))
-    old = {**{k: v for k, v in ADDED_LATER.items() if k in new}, **old}
+    old = {**{k: v for k, v in fields.legacy_values().items() if k in new}, **old}
     keys = sorted(set(old) | set(new))
     return [(k, old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)]
 
 
 def may_change(key: str) -> bool:
-    return any(fnmatch.fnmatchcase(key, pattern) for pattern in MAY_CHANGE_ON_RESUME)
+    """Whether a resume may change ``key`` (the field's ``resume`` rule in the schema)."""
+    return fields.may_change(key)
 
 
 def write_run_config(run_dir: Path, cfg: DictConfig) -> None:

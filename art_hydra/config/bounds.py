@@ -1,6 +1,7 @@
 """Single-field bounds, declared next to the schema fields and checked by one walker.
 
-A field's bound lives in its dataclass metadata (``bounded(0.2, gt=0, lt=1, why=...)``),
+A field's bound lives in its dataclass metadata (``setting(0.2, gt=0, lt=1, why=..., help=...)``
+from :mod:`art_hydra.config.fields`),
 so a new setting states its own limits where it is defined and needs no validator.
 The walker checks every field of the schema against its bound, plus two rules that
 hold for every float: it must be finite, and a nonzero value must stay nonzero and
@@ -15,8 +16,7 @@ import functools
 import math
 import typing
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -48,19 +48,6 @@ class Bound:
     float32: bool = True
     #: ``(key, value)``: the bound applies only when that key has that value.
     when: tuple[str, Any] | None = None
-
-
-def bounded(default: Any = MISSING, *, factory: Any = None, **limits: Any) -> Any:
-    """A dataclass field with a default and a :class:`Bound`."""
-    meta = {"bound": Bound(**limits)}
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-def section(cls: type, *, when: tuple[str, Enum] | None = None) -> Any:
-    """A nested section; with ``when`` its bounds apply only when ``key == value``."""
-    return field(default_factory=cls, metadata={"when": when} if when else {})
 
 
 @functools.cache
