@@ -1,12 +1,14 @@
 """Each config key declared once, on its schema field.
 
-A field of :mod:`art_hydra.config.schema` states everything the project says about its
-key in its metadata: the help text (``help=``), its single-field limits (the
-:class:`~art_hydra.config.bounds.Bound`), whether a resume may change it
-(``resume="may_change"``; fixed otherwise) and, for keys added after run folders were
-first written, the value that reproduces runs saved before it existed (``legacy=``).
-Reports, the README's key table, the resume comparison and the legacy fill all read
-it from here, so a new key is documented, bounded and classified where it is defined.
+A field of :mod:`art_hydra.config.schema`, declared with
+:func:`~art_hydra.config.bounds.setting` or :func:`~art_hydra.config.bounds.section`,
+states everything the project says about its key in its metadata: the help text
+(``help=``), its single-field limits (the :class:`~art_hydra.config.bounds.Bound`),
+whether a resume may change it (``resume="may_change"``; fixed otherwise) and, for keys
+added after run folders were first written, the value that reproduces runs saved before
+it existed (``legacy=``). Reports, the README's key table, the resume comparison and the
+legacy fill all read it from here, so a new key is documented, bounded and classified
+where it is defined.
 
 Pure functions over dataclasses: no torch, on the compose path.
 """
@@ -17,64 +19,40 @@ import dataclasses
 import functools
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from omegaconf import MISSING
 
-from art_hydra.config.bounds import Bound, describe, schema_default, type_hints
+from art_hydra.config.bounds import (
+    FIXED,
+    MAY_CHANGE,
+    NO_LEGACY,
+    RESUME_RULES,
+    Bound,
+    describe,
+    schema_default,
+    type_hints,
+)
+from art_hydra.config.schema import RunConfig
 
-#: The resume rules a field may declare.
-FIXED = "fixed"
-MAY_CHANGE = "may_change"
-RESUME_RULES = (FIXED, MAY_CHANGE)
-
-
-class _NoLegacy:
-    """Marks a field that existed when run folders were first written."""
-
-    def __repr__(self) -> str:
-        return "NO_LEGACY"
-
-
-NO_LEGACY: Any = _NoLegacy()
-
-
-def _meta(help: str, resume: str, legacy: Any, limits: dict[str, Any]) -> dict[str, Any]:
-    if resume not in RESUME_RULES:
-        raise ValueError(f"resume={resume!r}: expected one of {RESUME_RULES}")
-    meta: dict[str, Any] = {"help": " ".join(help.split()), "resume": resume, "legacy": legacy}
-    if limits:
-        meta["bound"] = Bound(**limits)
-    return meta
-
-
-def setting(
-    default: Any = MISSING,
-    *,
-    help: str,
-    factory: Any = None,
-    resume: str = FIXED,
-    legacy: Any = NO_LEGACY,
-    **limits: Any,
-) -> Any:
-    """A schema field with its help, resume rule, legacy value and (with ``limits``) a
-    :class:`Bound` (``gt``, ``ge``, ``lt``, ``le``, ``why``, ``choices`` ...)."""
-    meta = _meta(help, resume, legacy, limits)
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-def section(
-    cls: type, *, help: str, when: tuple[str, Enum] | None = None, resume: str = FIXED
-) -> Any:
-    """A nested section; with ``when`` its bounds apply only when ``key == value``."""
-    meta = _meta(help, resume, NO_LEGACY, {})
-    if when:
-        meta["when"] = when
-    return field(default_factory=cls, metadata=meta)
+__all__ = [
+    "FIXED",
+    "MAY_CHANGE",
+    "NO_LEGACY",
+    "RESUME_RULES",
+    "FieldInfo",
+    "default",
+    "field_info",
+    "help_of",
+    "info_of",
+    "key_table_markdown",
+    "leaves",
+    "legacy_values",
+    "may_change",
+    "may_change_keys",
+]
 
 
 @dataclass(frozen=True)
@@ -119,8 +97,6 @@ def help_of(cls: type, name: str) -> str:
 
 
 def _root() -> type:
-    from art_hydra.config.schema import RunConfig
-
     return RunConfig
 
 
@@ -221,25 +197,41 @@ def _default_text(cls: type, name: str) -> str:
         return "(required)"
     if value is None:
         return "null"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
     return f"`{_plain(value)}`".replace("'", "")
 
 
-def _has_limits(bound: Bound) -> bool:
+def _limits_text(cls: type, name: str, bound: Bound | None) -> str:
+    """The field's limits in a few words ("in (0, 1]", "at least 1", "one of a, b")."""
+    kind = type_hints(cls)[name]
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return "one of " + ", ".join(kind.__members__)
+    if bound is None:
+        return ""
     limits = (bound.gt, bound.ge, bound.lt, bound.le)
-    return any(x is not None for x in limits) or bool(bound.choices) or bound.nonempty
+    if not (any(x is not None for x in limits) or bound.choices or bound.nonempty):
+        return ""
+    text = describe(bound).removeprefix("must ")
+    if text == "not be empty":
+        return "not empty"
+    return text.removeprefix("lie ").removeprefix("be ")
 
 
 def key_table_markdown() -> str:
     """The README's key table: one row per key, from the schema's metadata."""
-    rows = ["| key | default | resume | what it is |", "|---|---|---|---|"]
+    rows = ["| key | default | limits | resume | what it is |", "|---|---|---|---|---|"]
     for key, cls, name in leaves():
         info = field_info(cls, name)
-        help_text = info.help
-        if info.bound is not None and _has_limits(info.bound):
-            help_text += f" ({describe(info.bound).removeprefix('must ')})"
         resume = "may change" if info.resume == MAY_CHANGE else "fixed"
-        default = _cell(_default_text(cls, name))
-        rows.append(f"| `{key}` | {default} | {resume} | {_cell(help_text)} |")
+        cells = (
+            f"`{key}`",
+            _default_text(cls, name),
+            _limits_text(cls, name, info.bound),
+            resume,
+            info.help,
+        )
+        rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(rows) + "\n"
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from art_hydra.config.fields import MAY_CHANGE, section, setting
+from art_hydra.config.bounds import MAY_CHANGE, section, setting
 
 
 class AlgorithmName(Enum):

@@ -3,9 +3,7 @@ and YAML files are documented and hold no duplicated defaults."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.resources
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,6 @@ from omegaconf import DictConfig, OmegaConf
 
 import art_hydra.config.schema as schema
 from art_hydra import compose
-from art_hydra.config.docs import field_docs
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 GROUPS = ["algorithm", "backend", "model", "task", "experiment"]
@@ -93,23 +90,6 @@ def test_public_key_paths_exist(key: str) -> None:
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(cfg, parent) if parent else cfg
     assert leaf in node.keys()  # noqa: SIM118 (`in` is False for a ??? value)
-
-
-def _schema_classes() -> list[type]:
-    return [
-        obj
-        for _, obj in inspect.getmembers(schema, inspect.isclass)
-        if dataclasses.is_dataclass(obj) and obj.__module__ == schema.__name__
-    ]
-
-
-@pytest.mark.parametrize("cls", _schema_classes(), ids=lambda c: c.__name__)
-def test_every_schema_field_has_a_doc_comment(cls: type) -> None:
-    docs = field_docs(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    assert set(docs) == set(names)
-    undocumented = [n for n in names if not docs[n]]
-    assert not undocumented, f"{cls.__name__}: fields without a comment: {undocumented}"
 
 
 def _yaml_files() -> list[Path]:
