@@ -40,32 +40,32 @@ from omegaconf import DictConfig, OmegaConf
 
 from art_hydra import safe_json, safe_paths
 from art_hydra.config import fields
+from art_hydra.config.run_files import (
+    CHECKPOINT_PREFIX,
+    COMPLETIONS,
+    HYDRA_RECORD,
+    IDENTITY,
+    LOCK,
+    MANIFEST,
+    METRICS,
+    PENDING_PREFIX,
+    PLOTS,
+    RANKS,
+    RESUMES,
+    RUN_CONFIG,
+    SWEEP_FILES,
+    TENSORBOARD,
+)
 from art_hydra.config.store import job_record_name
 
-#: The resolved config the run started with (updated by each accepted resume).
-RUN_CONFIG = "run_config.yaml"
-#: One line per accepted resume: when, from which step, what changed.
-RESUMES = "resumes.jsonl"
-METRICS = "metrics.jsonl"
-LOCK = "run.lock"
-#: A checkpoint's list of its files and their SHA-256 sums, written last.
-MANIFEST = "manifest.json"
-#: A checkpoint folder is ``step-<n>`` (n >= 0, at least 6 digits).
-CHECKPOINT_PREFIX = "step-"
-STATE_FILE = Path("trainer_state") / "state.json"
-_STEP = re.compile(r"^step-(\d+)$")
-COMPLETIONS = "completions.jsonl"
-#: Hydra's record of a job, written by Hydra itself into ``hydra.output_subdir``.
-HYDRA_RECORD = ".hydra"
-#: Where Hydra writes a job's record until the job holds the run folder's lock
-#: (``hydra.output_subdir`` in conf/config.yaml): a job refused for a busy
-#: folder then never touches the ``.hydra/`` of the run that holds it.
-PENDING_PREFIX = ".hydra-pending-"
+#: A checkpoint folder's name: ``step-<n>`` (n >= 0, at least 6 digits).
+_STEP = re.compile(rf"^{re.escape(CHECKPOINT_PREFIX)}(\d+)$")
 
 #: What art_hydra and Hydra write in a run folder (``*`` as in fnmatch), besides the
 #: checkpoint folder (``checkpoint.dir``): a folder holding anything else is not a run
 #: folder (``/``, a home directory, a project) and is refused as one. A file added to
-#: the run folder by a new feature must be named here.
+#: the run folder by a new feature must be named here (its name in
+#: :mod:`art_hydra.config.run_files`).
 RUN_ENTRIES = (
     HYDRA_RECORD,
     f"{PENDING_PREFIX}*",
@@ -74,22 +74,18 @@ RUN_ENTRIES = (
     RUN_CONFIG,
     f".{RUN_CONFIG}.*.tmp",
     RESUMES,
-    "run_identity.json",
-    ".run_identity.json.*.tmp",
+    IDENTITY,
+    f".{IDENTITY}.*.tmp",
     METRICS,
     COMPLETIONS,
     f".{METRICS}.*.tmp",
     f".{COMPLETIONS}.*.tmp",
-    "tensorboard",
-    "reward.png",
-    "loss.png",
-    ".reward.*.tmp",
-    ".loss.*.tmp",
+    TENSORBOARD,
+    *PLOTS,
+    *(f".{Path(plot).stem}.*.tmp" for plot in PLOTS),
     LOCK,
-    ".ranks",
-    # A sweep's own files, where a job's folder is the sweep folder (hydra.sweep.subdir='').
-    "multirun.yaml",
-    ".submitit",
+    RANKS,
+    *SWEEP_FILES,
 )
 
 
@@ -202,8 +198,8 @@ def linked_entries(run_dir: Path, checkpoint_dir: str) -> list[str]:
     """Entries of the run's own record that are links or of the wrong kind (a folder where
     a file belongs, a FIFO): the run would write through them."""
     found = []
-    folders = {HYDRA_RECORD, "tensorboard", ".ranks"}
-    for name in (LOCK, RUN_CONFIG, RESUMES, METRICS, COMPLETIONS, "reward.png", "loss.png"):
+    folders = {HYDRA_RECORD, TENSORBOARD, RANKS}
+    for name in (LOCK, RUN_CONFIG, RESUMES, METRICS, COMPLETIONS, *PLOTS):
         if entry_kind(run_dir / name) not in (None, "file"):
             found.append(name)
     for name in folders:

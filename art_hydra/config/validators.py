@@ -18,6 +18,7 @@ from contextvars import ContextVar
 
 from omegaconf import DictConfig
 
+from art_hydra.config import run_files
 from art_hydra.config.fields import default
 from art_hydra.config.problems import Kind, Problem, Severity, fix
 from art_hydra.config.registry import validator
@@ -413,18 +414,16 @@ def warmup_within_the_run(cfg: DictConfig) -> Iterator[Problem]:
 #: would mix checkpoints into (and prune inside) another record.
 _RUN_RECORDS = frozenset(
     {
-        ".hydra",
-        ".ranks",
-        ".submitit",
-        "tensorboard",
-        "run.lock",
-        "run_config.yaml",
-        "resumes.jsonl",
-        "metrics.jsonl",
-        "completions.jsonl",
-        "multirun.yaml",
-        "reward.png",
-        "loss.png",
+        run_files.HYDRA_RECORD,
+        run_files.RANKS,
+        run_files.TENSORBOARD,
+        run_files.LOCK,
+        run_files.RUN_CONFIG,
+        run_files.RESUMES,
+        run_files.METRICS,
+        run_files.COMPLETIONS,
+        *run_files.PLOTS,
+        *run_files.SWEEP_FILES,
     }
 )
 
