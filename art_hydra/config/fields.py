@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -47,6 +48,7 @@ __all__ = [
     "field_info",
     "help_of",
     "info_of",
+    "key_help_text",
     "key_table_markdown",
     "leaves",
     "legacy_values",
@@ -233,6 +235,30 @@ def key_table_markdown() -> str:
         )
         rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(rows) + "\n"
+
+
+def key_help_text(width: int = 88) -> str:
+    """Every key for ``art-hydra --help``: its default, limits and resume rule on one line,
+    its help wrapped below it."""
+    blocks = []
+    for key, cls, name in leaves():
+        info = field_info(cls, name)
+        default_text = _default_text(cls, name).strip("`")
+        facts = [
+            "required" if default_text == "(required)" else f"default {default_text}",
+            _limits_text(cls, name, info.bound),
+            "a resume may change it" if info.resume == MAY_CHANGE else "",
+        ]
+        head = f"{key}  ({'; '.join(f for f in facts if f)})"
+        body = textwrap.fill(
+            info.help,
+            width,
+            initial_indent="    ",
+            subsequent_indent="    ",
+            break_on_hyphens=False,
+        )
+        blocks.append(f"{head}\n{body}")
+    return "\n".join(blocks)
 
 
 #: The markers around the generated table in README.md.

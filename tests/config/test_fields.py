@@ -253,3 +253,15 @@ def test_the_module_prints_the_table() -> None:
         check=True,
     ).stdout
     assert out == fields.key_table_markdown()
+
+
+def test_help_lists_every_key_with_its_whole_help(cli) -> None:
+    proc = cli("--help")
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())  # the help is wrapped to the terminal
+    assert "== Config keys ==" in out
+    for key, cls, name in fields.leaves():
+        assert f"{key} (" in out, key
+        assert " ".join(fields.help_of(cls, name).split()) in out, key
+    assert "rl.epsilon_high (default null; > 0)" in out
+    assert "trainer.max_steps (default 100; at least 1; a resume may change it)" in out

@@ -99,11 +99,18 @@ def _yaml_files() -> list[Path]:
 @pytest.mark.parametrize("path", _yaml_files(), ids=lambda p: str(p.relative_to(CONF)))
 def test_every_yaml_value_has_a_comment_above(path: Path) -> None:
     lines = path.read_text().splitlines()
+    block: int | None = None  # the indentation of a block scalar's key (``key: |``)
     for i, line in enumerate(lines):
         stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if block is not None and (not stripped or indent > block):
+            continue  # text of a block scalar, not a key
+        block = None
         if not stripped or stripped.startswith(("#", "- ")) or ":" not in stripped:
             continue
         value = stripped.partition(":")[2]
+        if value.strip() in ("|", "|-", ">", ">-"):
+            block = indent
         if not value.strip():  # a section header; its children carry the comments
             continue
         above = lines[i - 1].strip() if i else ""
