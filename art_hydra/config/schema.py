@@ -6,8 +6,13 @@ never restates a default. Field names follow Hugging Face ``TrainingArguments`` 
 TRL ``GRPOConfig`` so users can carry their knowledge over. Choices are ``Enum``s
 because OmegaConf rejects ``Literal`` annotations.
 
-Single-field limits sit next to each field (``bounded(...)``, checked by one walker in
-:mod:`art_hydra.config.bounds`); rules between fields are validators.
+Each key is declared once, on its field (``setting(...)`` / ``section(...)`` from
+:mod:`art_hydra.config.bounds`): its help text, its single-field limits (checked by one
+walker), whether a resume may change it (``resume=MAY_CHANGE``; fixed otherwise) and,
+for a key added after run folders were first written, the value that reproduces runs
+saved before it existed (``legacy=``). Reports, ``--help``, the README's key table and
+the resume comparison read them through :mod:`art_hydra.config.fields`; rules between
+fields are validators. Help states behaviour only, never benchmark figures.
 
 This module is on the compose/validate path: it must import nothing heavier than
 ``omegaconf`` (no torch, transformers, peft or unsloth).
