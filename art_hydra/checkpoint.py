@@ -34,6 +34,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from art_hydra import safe_json, workers
+from art_hydra.config.run_files import CHECKPOINT_PREFIX, STATE_DIR, checkpoint_name
 from art_hydra.errors import StallError, WriteError
 from art_hydra.run_folder import (
     UnsafePath,
@@ -43,10 +44,8 @@ from art_hydra.run_folder import (
     write_manifest,
 )
 
-PREFIX = "step-"
-STATE_DIR = "trainer_state"
 #: The names of the leftovers a killed writer (.tmp) or pruner (.trash) leaves behind.
-_LEFTOVER = re.compile(r"^\.(tmp|trash)-step-\d{6,}-\d+$")
+_LEFTOVER = re.compile(rf"^\.(tmp|trash)-{re.escape(CHECKPOINT_PREFIX)}\d{{6,}}-\d+$")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -188,7 +187,7 @@ class Checkpointer:
         )
         if writer.is_alive():
             raise StallError(
-                f"writing checkpoint {PREFIX}{step:06d} did not finish within "
+                f"writing checkpoint {checkpoint_name(step)} did not finish within "
                 f"{self.timeout_s:g}s (timeouts.checkpoint_s); {kept}. Raise "
                 "timeouts.checkpoint_s for a slow disk, then resume."
             )
@@ -197,16 +196,16 @@ class Checkpointer:
             raise error
         if isinstance(error, (OSError, SafetensorError)):  # a full disk, a read-only folder
             raise WriteError(
-                f"writing checkpoint {PREFIX}{step:06d} in {self.root} failed: {error}; {kept}. "
-                "Free space (or fix the folder's permissions), then resume with resume=true "
-                f"hydra.run.dir={self.run_dir.resolve()} and the same overrides."
+                f"writing checkpoint {checkpoint_name(step)} in {self.root} failed: {error}; "
+                f"{kept}. Free space (or fix the folder's permissions), then resume with "
+                f"resume=true hydra.run.dir={self.run_dir.resolve()} and the same overrides."
             ) from error
         if error is not None:
             raise error
         return outcome["path"]
 
     def _tmp(self, step: int) -> Path:
-        return self.root / f".tmp-{PREFIX}{step:06d}-{os.getpid()}"
+        return self.root / f".tmp-{checkpoint_name(step)}-{os.getpid()}"
 
     def _remove_leftover(self, path: Path) -> None:
         """Delete a leftover of this module's own making: its exact name, a real folder
@@ -217,7 +216,7 @@ class Checkpointer:
     def _write(self, step: int, components: dict[str, Any], loaded: Any) -> Path:
         self._check_root()
         self.root.mkdir(parents=True, exist_ok=True)
-        final = self.root / f"{PREFIX}{step:06d}"
+        final = self.root / checkpoint_name(step)
         tmp = self._tmp(step)
         for stale in self.root.iterdir():
             self._remove_leftover(stale)  # left by a killed writer or pruner

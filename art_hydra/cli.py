@@ -34,13 +34,8 @@ from art_hydra.config.composition import (
 from art_hydra.config.problems import ConfigValidationError, format_report
 from art_hydra.config.store import register_configs
 from art_hydra.config.trust import Hand, by_hand, hand_of, outside_code_report, trust_problems
-from art_hydra.errors import Interrupted
+from art_hydra.errors import Interrupted, full_error
 from hydra_plugins.art_hydra_preflight import register_sweeper
-
-
-def full_error() -> bool:
-    """Whether the user asked Hydra for tracebacks (``HYDRA_FULL_ERROR=1``)."""
-    return os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
 def report_and_exit(exc: CompactHydraException) -> None:

@@ -31,11 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from art_hydra import safe_json
+from art_hydra.config.run_files import RANKS
+from art_hydra.config.validators import torchrun_world_size
 from art_hydra.errors import RunStopped
 from art_hydra.run_folder import pid_alive, write_atomic
-
-#: Where each rank records its pid, host and state in the run folder.
-STATUS_DIR = ".ranks"
 
 
 class RankFailure(RunStopped):
@@ -65,7 +64,7 @@ class World:
 
 def from_environment() -> World:
     """The world torchrun described in the environment (RANK, WORLD_SIZE, LOCAL_RANK)."""
-    size = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    size = torchrun_world_size() or 1
     rank = int(os.environ.get("RANK", "0") or 0)
     local = int(os.environ.get("LOCAL_RANK", str(rank)) or rank)
     return World(rank=rank, size=size, local_rank=local)
@@ -113,15 +112,6 @@ def setup(dist_cfg: Any, device: Any) -> World:
     return world
 
 
-def device_for(world: World, device: Any) -> Any:
-    """This rank's device: its own GPU (LOCAL_RANK) under CUDA, else the CPU."""
-    import torch
-
-    if device.type == "cuda" and world.enabled:
-        return torch.device("cuda", world.local_rank)
-    return device
-
-
 def seed_for(seed: int, rank: int) -> int:
     """The sampler seed of ``rank``: the run's seed on rank 0 (a single process samples
     exactly as before), a distinct 63-bit stream on every other rank."""
@@ -140,7 +130,7 @@ def write_status(world: World, state: str) -> None:
     """Record this rank's pid, host and state (``running``, ``done``, ``failed: ...``)."""
     if not world.enabled or world.run_dir is None:
         return
-    folder = world.run_dir / STATUS_DIR
+    folder = world.run_dir / RANKS
     folder.mkdir(parents=True, exist_ok=True)
     record = {"rank": world.rank, "pid": os.getpid(), "host": socket.gethostname(), "state": state}
     # The temp file is created exclusively: a link planted under its name is not followed.
@@ -157,7 +147,7 @@ def describe_others(world: World) -> str:
     for rank in range(world.size):
         if rank == world.rank:
             continue
-        path = world.run_dir / STATUS_DIR / f"rank{rank}.json"
+        path = world.run_dir / RANKS / f"rank{rank}.json"
         try:
             record = safe_json.read(path)  # bounded: a regular file, depth, size
             if not isinstance(record, dict):

@@ -7,7 +7,15 @@ trainer's own code keeps its traceback (``art_hydra.queue.TrainerError``).
 
 from __future__ import annotations
 
+import os
+
 from hydra.errors import CompactHydraException
+
+
+def full_error() -> bool:
+    """Whether the user asked Hydra for tracebacks (``HYDRA_FULL_ERROR=1``): the one
+    place that reads it, for the CLI and the pre-flight sweeper alike."""
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
 class RunStopped(CompactHydraException, RuntimeError):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from art_hydra import safe_json
+from art_hydra.config.run_files import COMPLETIONS, METRICS, TENSORBOARD
 from art_hydra.run_folder import (
     UnsafePath,
     entry_kind,
@@ -26,9 +27,6 @@ from art_hydra.run_folder import (
     read_record,
     write_atomic,
 )
-
-METRICS_FILE = "metrics.jsonl"
-COMPLETIONS_FILE = "completions.jsonl"
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +73,7 @@ def _truncate_after(path: Path, step: int) -> None:
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    return _read_jsonl(Path(run_dir) / METRICS_FILE)
+    return _read_jsonl(Path(run_dir) / METRICS)
 
 
 class MetricsLog:
@@ -87,11 +85,11 @@ class MetricsLog:
         self.cfg = logging_cfg
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.run_dir / METRICS_FILE
+        self.path = self.run_dir / METRICS
         start = resume_step or 0
         if resume_step is not None:
             # Drop lines written after the checkpoint: the resumed run writes them again.
-            for name in (METRICS_FILE, COMPLETIONS_FILE):
+            for name in (METRICS, COMPLETIONS):
                 _truncate_after(self.run_dir / name, resume_step)
         self._file = open_append(self.path)  # closed in close()
         self._samples: Any = None
@@ -99,7 +97,7 @@ class MetricsLog:
         if logging_cfg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            events = self.run_dir / "tensorboard"
+            events = self.run_dir / TENSORBOARD
             if entry_kind(events) not in (None, "folder"):
                 raise UnsafePath(
                     f"{events} is a {entry_kind(events)}, not the run's own folder: the event "
@@ -107,7 +105,7 @@ class MetricsLog:
                 )
 
             self._writer = SummaryWriter(
-                log_dir=str(self.run_dir / "tensorboard"),
+                log_dir=str(self.run_dir / TENSORBOARD),
                 purge_step=start + 1 if resume_step is not None else None,
             )
         show = {"on": True, "off": False}.get(logging_cfg.progress_bar, sys.stdout.isatty())
@@ -149,7 +147,7 @@ class MetricsLog:
         if not samples or step % self.cfg.every_steps:
             return
         if self._samples is None:
-            self._samples = open_append(self.run_dir / COMPLETIONS_FILE)
+            self._samples = open_append(self.run_dir / COMPLETIONS)
         self._samples.write(json.dumps({"step": step, "samples": samples}) + "\n")
         self._samples.flush()
 

@@ -25,6 +25,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from art_hydra import run_folder, run_identity, safe_json
+from art_hydra.backends import tiny
+from art_hydra.config import fields
 from art_hydra.config.composition import Composition
 from art_hydra.config.problems import Kind, Problem, Severity, fix
 from art_hydra.config.schema import (
@@ -42,8 +44,6 @@ from art_hydra.tasks.examples import Example, TaskDataError
 from art_hydra.tasks.jsonl import scan_jsonl
 from art_hydra.tasks.rewards import needs_answer
 
-#: Special tokens of the tiny model's tokenizer (pad, bos, eos, unk).
-_TINY_SPECIALS = 4
 #: The largest model config.json read (real ones are a few kilobytes).
 CONFIG_MAX_BYTES = 4 << 20
 #: Weight files that unpickle arbitrary objects when loaded: never loaded.
@@ -363,7 +363,7 @@ def _length_problems(cfg: DictConfig, stats: DataStats) -> list[Problem]:
                 )
             )
     if cfg.algorithm.name == AlgorithmName.rl:
-        problems += _top_p_problems(cfg, _TINY_SPECIALS + len(stats.chars))
+        problems += _top_p_problems(cfg, len(tiny.SPECIALS) + len(stats.chars))
     return problems
 
 
@@ -379,7 +379,7 @@ def _top_p_problems(cfg: DictConfig, vocab: int) -> list[Problem]:
             f"keeps only the most likely token over a vocabulary of {vocab} (which always has at "
             f"least 1/{vocab} of the mass): greedy decoding, so every group has zero reward "
             "spread and nothing is learned.",
-            fix({"rl.top_p": 1.0}),
+            fix({"rl.top_p": fields.default("rl.top_p")}),
             Kind.world,
         )
     ]
@@ -578,7 +578,10 @@ def backend_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem
                 "cuda",
                 "no CUDA GPU is visible here (no CUDA build of torch, no NVIDIA device, or "
                 "CUDA_VISIBLE_DEVICES hides them).",
-                fix({"backend.device": "auto"}, "the GPU when there is one, else the CPU"),
+                fix(
+                    {"backend.device": fields.default("backend.device")},
+                    "the GPU when there is one, else the CPU",
+                ),
             )
         )
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -589,7 +592,10 @@ def backend_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem
                 backend.cpu_threads,
                 f"this process may use {cores} core(s): more threads than cores take turns "
                 "on them, and every parallel op waits for the one left out.",
-                fix({"backend.cpu_threads": cores}, alt=fix({"backend.cpu_threads": None})),
+                fix(
+                    {"backend.cpu_threads": cores},
+                    alt=fix({"backend.cpu_threads": fields.default("backend.cpu_threads")}),
+                ),
                 warning=True,
             )
         )
@@ -766,7 +772,7 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
             new,
             f"differs from the run's saved config ({run_folder.RUN_CONFIG}: {old!r}); a resume "
             "continues the same run, and the checkpoint was written under the saved value. Only "
-            f"{', '.join(run_folder.MAY_CHANGE_ON_RESUME)} may change.",
+            f"{', '.join(fields.may_change_keys())} may change.",
             _resume_fix(key, old),
         )
         for key, old, new in run_folder.differences(saved, cfg)

@@ -19,6 +19,7 @@ from typing import Any
 from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf
 
+from art_hydra.config import run_files
 from art_hydra.config.composition import validate
 from art_hydra.config.problems import ConfigValidationError, errors
 from art_hydra.config.schema import AlgorithmName
@@ -401,7 +402,9 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
         raise Interrupted(_in_log_files(message), stop.exit_code) from failure
     plot = (
         plot_curve(
-            run_dir, "reward_mean" if is_rl else "loss", "reward.png" if is_rl else "loss.png"
+            run_dir,
+            "reward_mean" if is_rl else "loss",
+            run_files.REWARD_PLOT if is_rl else run_files.LOSS_PLOT,
         )
         if cfg.logging.plot and world.is_main
         else None
@@ -557,7 +560,8 @@ def _resume_hint(run_dir: Path, saved: int | None) -> str:
     if saved is None:
         return "No checkpoint was written yet; start again once the disk has room."
     return (
-        f"Checkpoint step-{saved:06d} is intact; once the disk has room, resume with:\n"
+        f"Checkpoint {run_files.checkpoint_name(saved)} is intact; once the disk has room, "
+        "resume with:\n"
         f"  {resume_command(run_dir)}"
     )
 
@@ -589,7 +593,8 @@ def _stopped_message(
         )
     return (
         f"art_hydra stopped by {signal_name} after step {saved} of {cfg.trainer.max_steps}"
-        f"{failed + 'C' if failed else '; c'}heckpoint step-{saved:06d} holds step {saved} and "
+        f"{failed + 'C' if failed else '; c'}heckpoint {run_files.checkpoint_name(saved)} "
+        f"holds step {saved} and "
         f"the metrics are flushed. Resume with:\n  {resume_command(run_dir, ranks)}"
     )
 
@@ -621,11 +626,11 @@ class _Records:
     before this invocation are never touched."""
 
     NAMES = (
-        "run_config.yaml",
-        "run_identity.json",
-        "metrics.jsonl",
-        "completions.jsonl",
-        "tensorboard",
+        run_files.RUN_CONFIG,
+        run_files.IDENTITY,
+        run_files.METRICS,
+        run_files.COMPLETIONS,
+        run_files.TENSORBOARD,
     )
 
     def __init__(self, run_dir: Path, fresh: bool) -> None:

@@ -2,14 +2,15 @@
 
 A run folder belongs to one run. ``run_config.yaml`` records the resolved config the run
 was started with: it is the reference a resume is compared with, so continuing a run
-means continuing the same run (only the keys in :data:`MAY_CHANGE_ON_RESUME` may
-differ, and each accepted change is recorded in ``resumes.jsonl``). While a run trains
-it holds an exclusive lock on ``run.lock`` (``flock``: released by the kernel on any
-exit, kill -9 included; the file names the holder's pid and host). Each checkpoint
-carries a manifest of its files' SHA-256 sums; only a checkpoint whose manifest verifies
-(every listed file there with its sum, and no file it does not list) is resumed from,
-and checkpoints are ordered by step number, not by name. Everything here is plain
-files, no torch, so the CLI can check a folder before Hydra creates it.
+means continuing the same run (only the keys whose schema field says
+``resume="may_change"`` may differ, and each accepted change is recorded in
+``resumes.jsonl``). While a run trains it holds an exclusive lock on ``run.lock``
+(``flock``: released by the kernel on any exit, kill -9 included; the file names the
+holder's pid and host). Each checkpoint carries a manifest of its files' SHA-256 sums;
+only a checkpoint whose manifest verifies (every listed file there with its sum, and no
+file it does not list) is resumed from, and checkpoints are ordered by step number, not
+by name. Everything here is plain files, no torch, so the CLI can check a folder before
+Hydra creates it.
 
 A run writes inside its own folder only: the files it appends to or truncates are
 opened without following a symbolic link (``O_NOFOLLOW``) and must be regular files,
@@ -38,32 +39,33 @@ from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf
 
 from art_hydra import safe_json, safe_paths
+from art_hydra.config import fields
+from art_hydra.config.run_files import (
+    CHECKPOINT_PREFIX,
+    COMPLETIONS,
+    HYDRA_RECORD,
+    IDENTITY,
+    LOCK,
+    MANIFEST,
+    METRICS,
+    PENDING_PREFIX,
+    PLOTS,
+    RANKS,
+    RESUMES,
+    RUN_CONFIG,
+    SWEEP_FILES,
+    TENSORBOARD,
+)
 from art_hydra.config.store import job_record_name
 
-#: The resolved config the run started with (updated by each accepted resume).
-RUN_CONFIG = "run_config.yaml"
-#: One line per accepted resume: when, from which step, what changed.
-RESUMES = "resumes.jsonl"
-METRICS = "metrics.jsonl"
-LOCK = "run.lock"
-#: A checkpoint's list of its files and their SHA-256 sums, written last.
-MANIFEST = "manifest.json"
-#: A checkpoint folder is ``step-<n>`` (n >= 0, at least 6 digits).
-CHECKPOINT_PREFIX = "step-"
-STATE_FILE = Path("trainer_state") / "state.json"
-_STEP = re.compile(r"^step-(\d+)$")
-COMPLETIONS = "completions.jsonl"
-#: Hydra's record of a job, written by Hydra itself into ``hydra.output_subdir``.
-HYDRA_RECORD = ".hydra"
-#: Where Hydra writes a job's record until the job holds the run folder's lock
-#: (``hydra.output_subdir`` in conf/config.yaml): a job refused for a busy
-#: folder then never touches the ``.hydra/`` of the run that holds it.
-PENDING_PREFIX = ".hydra-pending-"
+#: A checkpoint folder's name: ``step-<n>`` (n >= 0, at least 6 digits).
+_STEP = re.compile(rf"^{re.escape(CHECKPOINT_PREFIX)}(\d+)$")
 
 #: What art_hydra and Hydra write in a run folder (``*`` as in fnmatch), besides the
 #: checkpoint folder (``checkpoint.dir``): a folder holding anything else is not a run
 #: folder (``/``, a home directory, a project) and is refused as one. A file added to
-#: the run folder by a new feature must be named here.
+#: the run folder by a new feature must be named here (its name in
+#: :mod:`art_hydra.config.run_files`).
 RUN_ENTRIES = (
     HYDRA_RECORD,
     f"{PENDING_PREFIX}*",
@@ -72,22 +74,18 @@ RUN_ENTRIES = (
     RUN_CONFIG,
     f".{RUN_CONFIG}.*.tmp",
     RESUMES,
-    "run_identity.json",
-    ".run_identity.json.*.tmp",
+    IDENTITY,
+    f".{IDENTITY}.*.tmp",
     METRICS,
     COMPLETIONS,
     f".{METRICS}.*.tmp",
     f".{COMPLETIONS}.*.tmp",
-    "tensorboard",
-    "reward.png",
-    "loss.png",
-    ".reward.*.tmp",
-    ".loss.*.tmp",
+    TENSORBOARD,
+    *PLOTS,
+    *(f".{Path(plot).stem}.*.tmp" for plot in PLOTS),
     LOCK,
-    ".ranks",
-    # A sweep's own files, where a job's folder is the sweep folder (hydra.sweep.subdir='').
-    "multirun.yaml",
-    ".submitit",
+    RANKS,
+    *SWEEP_FILES,
 )
 
 
@@ -200,8 +198,8 @@ def linked_entries(run_dir: Path, checkpoint_dir: str) -> list[str]:
     """Entries of the run's own record that are links or of the wrong kind (a folder where
     a file belongs, a FIFO): the run would write through them."""
     found = []
-    folders = {HYDRA_RECORD, "tensorboard", ".ranks"}
-    for name in (LOCK, RUN_CONFIG, RESUMES, METRICS, COMPLETIONS, "reward.png", "loss.png"):
+    folders = {HYDRA_RECORD, TENSORBOARD, RANKS}
+    for name in (LOCK, RUN_CONFIG, RESUMES, METRICS, COMPLETIONS, *PLOTS):
         if entry_kind(run_dir / name) not in (None, "file"):
             found.append(name)
     for name in folders:
@@ -216,40 +214,6 @@ def linked_entries(run_dir: Path, checkpoint_dir: str) -> list[str]:
             break
     return sorted(found)
 
-
-#: Keys a resume may change: how long the run goes on, how it reports and saves, how long
-#: its waits last, how many CPU threads compute (float rounding only, as on another
-#: machine). Everything else is what the checkpoint's weights, optimizer state, data
-#: order and metrics depend on.
-MAY_CHANGE_ON_RESUME = (
-    "trainer.max_steps",
-    "checkpoint.every_steps",
-    "checkpoint.keep_last",
-    "logging.*",
-    "queue.*",
-    "timeouts.*",
-    "producer.log_completions",
-    "backend.cpu_threads",
-    "resume",
-    "dry_run",
-    "strict",
-)
-
-
-#: Keys added after run folders were first written (10222b5), each with the value that
-#: does what the code did before the key existed: a saved config without one is compared
-#: as if it held that value, so an older run resumes under the behaviour it was trained
-#: with (or is refused, naming the key and that value).
-ADDED_LATER: dict[str, Any] = {
-    "rl.num_iterations": 1,
-    "rl.steps_per_generation": 1,
-    "rl.overlap_rollouts": False,
-    "producer.share_prompts": False,
-    "backend.cpu_threads": None,
-    "distributed.world_size": 1,
-    "distributed.backend": "auto",
-    "distributed.timeout_s": 300.0,
-}
 
 #: Switches of one invocation, not settings of the run: never recorded as a change.
 _SWITCHES = ("resume", "dry_run")
@@ -479,16 +443,19 @@ def plain(cfg: DictConfig) -> dict[str, Any]:
 
 
 def differences(saved: dict[str, Any], cfg: DictConfig) -> list[tuple[str, Any, Any]]:
-    """``(key, saved value, new value)`` for every key that differs (see
-    :data:`ADDED_LATER` for keys the saved config predates)."""
+    """``(key, saved value, new value)`` for every key that differs. A key the saved
+    config predates is compared as if it held the schema's ``legacy`` value for it, the
+    value that does what the code did before the key existed, so an older run resumes
+    under the behaviour it was trained with (or is refused, naming the key and value)."""
     old, new = _flat(saved), _flat(plain(cfg))
-    old = {**{k: v for k, v in ADDED_LATER.items() if k in new}, **old}
+    old = {**{k: v for k, v in fields.legacy_values().items() if k in new}, **old}
     keys = sorted(set(old) | set(new))
     return [(k, old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)]
 
 
 def may_change(key: str) -> bool:
-    return any(fnmatch.fnmatchcase(key, pattern) for pattern in MAY_CHANGE_ON_RESUME)
+    """Whether a resume may change ``key`` (the field's ``resume`` rule in the schema)."""
+    return fields.may_change(key)
 
 
 def write_run_config(run_dir: Path, cfg: DictConfig) -> None:

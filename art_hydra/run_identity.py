@@ -34,10 +34,9 @@ from omegaconf import DictConfig
 
 from art_hydra import run_folder, safe_json
 from art_hydra.config.problems import Kind, Problem, Severity, fix
+from art_hydra.config.run_files import IDENTITY
 from art_hydra.config.schema import ModelSource, TaskSource
 
-#: The record's file name in the run folder.
-IDENTITY = "run_identity.json"
 _VERSION = 1
 #: SHA-256 sums already computed in this process, by (path, size, mtime): the CLI's
 #: pre-flight, the job's and the run's record would otherwise each read the data file.

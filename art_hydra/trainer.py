@@ -10,7 +10,6 @@ weights or the optimizer's moments.
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +34,6 @@ class StepResult:
     clip_fraction: float
     real_token_share: float
     trained_tokens: int
-    train_time_s: float
     warmup: bool = False
     info: dict[str, float] = field(default_factory=dict)
     #: Tokens the step's loss covered on this rank (weights its per-token statistics).
@@ -272,7 +270,6 @@ class Trainer:
 
     def train_micro(self, batch: PackedBatch) -> StepResult | None:
         """Process one input; return a result when an optimizer step completes."""
-        start = time.perf_counter()
         self.model.train()
         # Across ranks, gradients are averaged once per optimizer step: not after the
         # micro-batches that only accumulate.
@@ -283,7 +280,7 @@ class Trainer:
             (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         if batch.warmup:
             self.optimizer.zero_grad(set_to_none=True)
-            return self._result(loss.item(), 0.0, stats, batch, start, warmup=True)
+            return self._result(loss.item(), 0.0, stats, batch, warmup=True)
         # Sums over the step's micro-batches; per-token statistics weighted by tokens.
         weight = stats["loss_tokens"]
         sums = {
@@ -291,7 +288,6 @@ class Trainer:
             "tokens": batch.real_tokens,
             "slots": batch.input_ids.numel(),
             "loss_tokens": weight,
-            "time": time.perf_counter() - start,
             **{key: stats[key] * weight for key in ("kl", "entropy", "clip_fraction")},
         }
         for key, value in sums.items():
@@ -299,7 +295,6 @@ class Trainer:
         self._micro += 1
         if self._micro < self.cfg.gradient_accumulation_steps:
             return None
-        step_start = time.perf_counter()
         max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf")
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.scaler is not None:
@@ -326,7 +321,6 @@ class Trainer:
             clip_fraction=acc["clip_fraction"] / tokens,
             real_token_share=acc["tokens"] / acc["slots"],
             trained_tokens=int(acc["tokens"]),
-            train_time_s=acc["time"] + time.perf_counter() - step_start,
             info=dict(batch.info),
             loss_tokens=acc["loss_tokens"],
         )
@@ -337,7 +331,6 @@ class Trainer:
         grad_norm: float,
         stats: dict[str, float],
         batch: PackedBatch,
-        start: float,
         warmup: bool,
     ) -> StepResult:
         return StepResult(
@@ -350,7 +343,6 @@ class Trainer:
             clip_fraction=stats["clip_fraction"],
             real_token_share=batch.real_token_share,
             trained_tokens=batch.real_tokens,
-            train_time_s=time.perf_counter() - start,
             warmup=warmup,
             info=dict(batch.info),
         )

@@ -1,6 +1,7 @@
 """Single-field bounds, declared next to the schema fields and checked by one walker.
 
-A field's bound lives in its dataclass metadata (``bounded(0.2, gt=0, lt=1, why=...)``),
+A field's bound lives in its dataclass metadata (``setting(0.2, gt=0, lt=1, why=..., help=...)``,
+next to its help text, resume rule and legacy value: see :mod:`art_hydra.config.fields`),
 so a new setting states its own limits where it is defined and needs no validator.
 The walker checks every field of the schema against its bound, plus two rules that
 hold for every float: it must be finite, and a nonzero value must stay nonzero and
@@ -50,17 +51,56 @@ class Bound:
     when: tuple[str, Any] | None = None
 
 
-def bounded(default: Any = MISSING, *, factory: Any = None, **limits: Any) -> Any:
-    """A dataclass field with a default and a :class:`Bound`."""
-    meta = {"bound": Bound(**limits)}
+#: The resume rules a field may declare.
+FIXED = "fixed"
+MAY_CHANGE = "may_change"
+RESUME_RULES = (FIXED, MAY_CHANGE)
+
+
+class _NoLegacy:
+    """Marks a field that existed when run folders were first written."""
+
+    def __repr__(self) -> str:
+        return "NO_LEGACY"
+
+
+NO_LEGACY: Any = _NoLegacy()
+
+
+def _meta(help: str, resume: str, legacy: Any, limits: dict[str, Any]) -> dict[str, Any]:
+    if resume not in RESUME_RULES:
+        raise ValueError(f"resume={resume!r}: expected one of {RESUME_RULES}")
+    meta: dict[str, Any] = {"help": " ".join(help.split()), "resume": resume, "legacy": legacy}
+    if limits:
+        meta["bound"] = Bound(**limits)
+    return meta
+
+
+def setting(
+    default: Any = MISSING,
+    *,
+    help: str,
+    factory: Any = None,
+    resume: str = FIXED,
+    legacy: Any = NO_LEGACY,
+    **limits: Any,
+) -> Any:
+    """A schema field with its help, resume rule, legacy value and (with ``limits``) a
+    :class:`Bound` (``gt``, ``ge``, ``lt``, ``le``, ``why``, ``choices`` ...)."""
+    meta = _meta(help, resume, legacy, limits)
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
 
 
-def section(cls: type, *, when: tuple[str, Enum] | None = None) -> Any:
+def section(
+    cls: type, *, help: str, when: tuple[str, Enum] | None = None, resume: str = FIXED
+) -> Any:
     """A nested section; with ``when`` its bounds apply only when ``key == value``."""
-    return field(default_factory=cls, metadata={"when": when} if when else {})
+    meta = _meta(help, resume, NO_LEGACY, {})
+    if when:
+        meta["when"] = when
+    return field(default_factory=cls, metadata=meta)
 
 
 @functools.cache

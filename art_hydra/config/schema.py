@@ -6,8 +6,13 @@ never restates a default. Field names follow Hugging Face ``TrainingArguments`` 
 TRL ``GRPOConfig`` so users can carry their knowledge over. Choices are ``Enum``s
 because OmegaConf rejects ``Literal`` annotations.
 
-Single-field limits sit next to each field (``bounded(...)``, checked by one walker in
-:mod:`art_hydra.config.bounds`); rules between fields are validators.
+Each key is declared once, on its field (``setting(...)`` / ``section(...)`` from
+:mod:`art_hydra.config.bounds`): its help text, its single-field limits (checked by one
+walker), whether a resume may change it (``resume=MAY_CHANGE``; fixed otherwise) and,
+for a key added after run folders were first written, the value that reproduces runs
+saved before it existed (``legacy=``). Reports, ``--help``, the README's key table and
+the resume comparison read them through :mod:`art_hydra.config.fields`; rules between
+fields are validators. Help states behaviour only, never benchmark figures.
 
 This module is on the compose/validate path: it must import nothing heavier than
 ``omegaconf`` (no torch, transformers, peft or unsloth).
@@ -16,13 +21,13 @@ This module is on the compose/validate path: it must import nothing heavier than
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from omegaconf import MISSING
 
-from art_hydra.config.bounds import bounded, section
+from art_hydra.config.bounds import MAY_CHANGE, section, setting
 
 
 class AlgorithmName(Enum):
@@ -114,14 +119,26 @@ WAIT_MAX_S = float(threading.TIMEOUT_MAX)
 class LoraConfig:
     """LoRA adapter settings (used when ``model.finetune=lora``)."""
 
-    # Adapter rank; higher ranks train more parameters.
-    r: int = bounded(16, ge=1, why="the rank of the adapter matrices.")
-    # LoRA scaling numerator; the update is scaled by alpha / r.
-    alpha: int = bounded(32, gt=0, why="the adapter update is scaled by alpha / r.")
-    # Dropout applied to the adapter input, in [0, 1).
-    dropout: float = bounded(0.0, ge=0, lt=1, why="a dropout probability.")
-    # Module names that receive adapters (matched against the model's module names).
-    target_modules: list[str] = bounded(
+    r: int = setting(
+        16,
+        ge=1,
+        why="the rank of the adapter matrices.",
+        help="Adapter rank; higher ranks train more parameters.",
+    )
+    alpha: int = setting(
+        32,
+        gt=0,
+        why="the adapter update is scaled by alpha / r.",
+        help="LoRA scaling numerator; the update is scaled by alpha / r.",
+    )
+    dropout: float = setting(
+        0.0,
+        ge=0,
+        lt=1,
+        why="a dropout probability.",
+        help="Dropout applied to the adapter input, in [0, 1).",
+    )
+    target_modules: list[str] = setting(
         factory=lambda: [
             "q_proj",
             "k_proj",
@@ -134,185 +151,288 @@ class LoraConfig:
         nonempty=True,
         why="with no target, peft would silently pick its own default modules; name the "
         "modules to adapt, or train every weight with model.finetune=full.",
+        help="Module names that receive adapters (matched against the model's module names).",
     )
-    # Modules trained in full next to the adapters (for example lm_head on a fresh model).
-    modules_to_save: list[str] = field(default_factory=list)
+    modules_to_save: list[str] = setting(
+        factory=list,
+        help=(
+            "Modules trained in full next to the adapters (for example lm_head on a fresh model)."
+        ),
+    )
 
 
 @dataclass
 class TinyModelConfig:
     """Architecture of the small Llama built locally, with no hub access."""
 
-    # Width of the residual stream.
-    hidden_size: int = bounded(64, ge=1)
-    # Number of decoder layers.
-    num_layers: int = bounded(2, ge=1)
-    # Attention heads; must divide hidden_size into heads of even width.
-    num_heads: int = bounded(4, ge=1)
-    # Width of the MLP.
-    intermediate_size: int = bounded(256, ge=1)
-    # Standard deviation of the random initialisation.
-    init_std: float = bounded(0.02, gt=0)
+    hidden_size: int = setting(64, ge=1, help="Width of the residual stream.")
+    num_layers: int = setting(2, ge=1, help="Number of decoder layers.")
+    num_heads: int = setting(
+        4, ge=1, help="Attention heads; must divide hidden_size into heads of even width."
+    )
+    intermediate_size: int = setting(256, ge=1, help="Width of the MLP.")
+    init_std: float = setting(0.02, gt=0, help="Standard deviation of the random initialisation.")
 
 
 @dataclass
 class ModelConfig:
     """Which model to train and how its weights are adapted."""
 
-    # Hugging Face hub id or local path (source=pretrained); a label for source=tiny.
-    name: str = bounded(MISSING, nonempty=True)
-    # pretrained: from_pretrained(name) from a local path or the hub cache; tiny: built locally.
-    source: ModelSource = ModelSource.pretrained
-    # Longest sequence (prompt plus completion) the model will see.
-    max_seq_length: int = bounded(1024, ge=1)
-    # Parameter dtype.
-    dtype: DType = DType.auto
-    # Load the base weights quantised to 4 bits (QLoRA); needs backend=unsloth.
-    load_in_4bit: bool = False
-    # Train LoRA adapters or all weights.
-    finetune: FinetuneMethod = FinetuneMethod.lora
-    # LoRA settings.
-    lora: LoraConfig = section(LoraConfig, when=("model.finetune", FinetuneMethod.lora))
-    # Architecture of the model built when source=tiny.
-    tiny: TinyModelConfig = section(TinyModelConfig, when=("model.source", ModelSource.tiny))
-    # Hub revision (branch, tag or commit) to load.
-    revision: str | None = None
-    # Run the modelling code shipped with the checkpoint (only from the command line).
-    trust_remote_code: bool = False
+    name: str = setting(
+        MISSING,
+        nonempty=True,
+        help="Hugging Face hub id or local path (source=pretrained); a label for source=tiny.",
+    )
+    source: ModelSource = setting(
+        ModelSource.pretrained,
+        help=(
+            "pretrained: from_pretrained(name) from a local path or the hub cache; tiny: built "
+            "locally."
+        ),
+    )
+    max_seq_length: int = setting(
+        1024, ge=1, help="Longest sequence (prompt plus completion) the model will see."
+    )
+    dtype: DType = setting(DType.auto, help="Parameter dtype.")
+    load_in_4bit: bool = setting(
+        False, help="Load the base weights quantised to 4 bits (QLoRA); needs backend=unsloth."
+    )
+    finetune: FinetuneMethod = setting(
+        FinetuneMethod.lora, help="Train LoRA adapters or all weights."
+    )
+    lora: LoraConfig = section(
+        LoraConfig, when=("model.finetune", FinetuneMethod.lora), help="LoRA settings."
+    )
+    tiny: TinyModelConfig = section(
+        TinyModelConfig,
+        when=("model.source", ModelSource.tiny),
+        help="Architecture of the model built when source=tiny.",
+    )
+    revision: str | None = setting(None, help="Hub revision (branch, tag or commit) to load.")
+    trust_remote_code: bool = setting(
+        False,
+        help="Run the modelling code shipped with the checkpoint (only from the command line).",
+    )
 
 
 @dataclass
 class BackendConfig:
     """The library that loads and trains the model."""
 
-    # torch: transformers + peft, any device; unsloth: Unsloth's fast kernels.
-    name: BackendName = BackendName.torch
-    # Device to train on.
-    device: Device = Device.auto
-    # Trade compute for memory by recomputing activations in backward.
-    gradient_checkpointing: bool = False
-    # Threads torch computes with on the CPU (null: torch's default, one per core). Where
-    # other work keeps the cores busy, 1 is far faster: every parallel op waits for its
-    # slowest thread, and a thread the OS has put aside stalls it (4.7x on 2 busy cores).
-    # A resume may change it; like another machine, it changes float rounding only.
-    cpu_threads: int | None = bounded(None, ge=1)
+    name: BackendName = setting(
+        BackendName.torch,
+        help="torch: transformers + peft, any device; unsloth: Unsloth's fast kernels.",
+    )
+    device: Device = setting(Device.auto, help="Device to train on.")
+    gradient_checkpointing: bool = setting(
+        False, help="Trade compute for memory by recomputing activations in backward."
+    )
+    cpu_threads: int | None = setting(
+        None,
+        ge=1,
+        help=(
+            "Threads torch computes with on the CPU (null: torch's default, one per core). Where "
+            "other work keeps the cores busy, 1 is far faster: every parallel op waits for its "
+            "slowest thread, and a thread the OS has put aside stalls it. A resume may change "
+            "it; like another machine, it changes float rounding only."
+        ),
+        resume=MAY_CHANGE,
+        legacy=None,
+    )
 
 
 @dataclass
 class AlgorithmConfig:
     """Which algorithm the run uses; its settings live in the `rl` or `sft` section."""
 
-    # rl: GRPO-style policy optimisation from rewards; sft: supervised fine-tuning.
-    name: AlgorithmName = AlgorithmName.rl
+    name: AlgorithmName = setting(
+        AlgorithmName.rl,
+        help="rl: GRPO-style policy optimisation from rewards; sft: supervised fine-tuning.",
+    )
 
 
 @dataclass
 class TrainerConfig:
     """Optimisation settings shared by RL and SFT (names as in TrainingArguments)."""
 
-    # Peak learning rate.
-    learning_rate: float = bounded(
-        1e-5, gt=0, why="with a zero or negative rate the weights never improve."
+    learning_rate: float = setting(
+        1e-5,
+        gt=0,
+        why="with a zero or negative rate the weights never improve.",
+        help="Peak learning rate.",
     )
-    # Sequences per forward/backward pass (completions in RL, examples in SFT).
-    per_device_train_batch_size: int = bounded(8, ge=1)
-    # Micro-batches per optimizer step; RL requires 1 (see the README).
-    gradient_accumulation_steps: int = bounded(
-        1, ge=1, why="it counts the micro-batches that make one optimizer step."
+    per_device_train_batch_size: int = setting(
+        8, ge=1, help="Sequences per forward/backward pass (completions in RL, examples in SFT)."
     )
-    # Optimizer steps in the run.
-    max_steps: int = bounded(100, ge=1)
-    # Gradient-norm clipping threshold; 0 disables clipping.
-    max_grad_norm: float = bounded(1.0, ge=0, why="0 disables clipping.")
-    # AdamW decoupled weight decay (not applied to biases, norms and embeddings).
-    weight_decay: float = bounded(0.0, ge=0, why="negative decay grows weights without bound.")
-    # Steps of linear learning-rate warmup.
-    warmup_steps: int = bounded(0, ge=0)
-    # Learning-rate schedule after warmup.
-    lr_scheduler_type: SchedulerType = SchedulerType.constant
-    # AdamW beta1.
-    adam_beta1: float = bounded(0.9, ge=0, lt=1, why="the decay rate of a running average.")
-    # AdamW beta2.
-    adam_beta2: float = bounded(0.999, ge=0, lt=1, why="the decay rate of a running average.")
-    # AdamW epsilon.
-    adam_epsilon: float = bounded(1e-8, gt=0, why="AdamW divides by sqrt(v) + epsilon.")
-    # Run one forward/backward on the first input before training (allocates memory,
-    # compiles kernels); changes no weight and no optimizer moment.
-    warmup_pass: bool = False
+    gradient_accumulation_steps: int = setting(
+        1,
+        ge=1,
+        why="it counts the micro-batches that make one optimizer step.",
+        help="Micro-batches per optimizer step; RL requires 1 (see the README).",
+    )
+    max_steps: int = setting(100, ge=1, help="Optimizer steps in the run.", resume=MAY_CHANGE)
+    max_grad_norm: float = setting(
+        1.0,
+        ge=0,
+        why="0 disables clipping.",
+        help="Gradient-norm clipping threshold; 0 disables clipping.",
+    )
+    weight_decay: float = setting(
+        0.0,
+        ge=0,
+        why="negative decay grows weights without bound.",
+        help="AdamW decoupled weight decay (not applied to biases, norms and embeddings).",
+    )
+    warmup_steps: int = setting(0, ge=0, help="Steps of linear learning-rate warmup.")
+    lr_scheduler_type: SchedulerType = setting(
+        SchedulerType.constant, help="Learning-rate schedule after warmup."
+    )
+    adam_beta1: float = setting(
+        0.9, ge=0, lt=1, why="the decay rate of a running average.", help="AdamW beta1."
+    )
+    adam_beta2: float = setting(
+        0.999, ge=0, lt=1, why="the decay rate of a running average.", help="AdamW beta2."
+    )
+    adam_epsilon: float = setting(
+        1e-8, gt=0, why="AdamW divides by sqrt(v) + epsilon.", help="AdamW epsilon."
+    )
+    warmup_pass: bool = setting(
+        False,
+        help=(
+            "Run one forward/backward on the first input before training (allocates memory, "
+            "compiles kernels); changes no weight and no optimizer moment."
+        ),
+    )
 
 
 @dataclass
 class RLConfig:
     """GRPO-family settings (names as in TRL's GRPOConfig)."""
 
-    # Completions sampled per prompt; advantages are normalised within each group.
-    num_generations: int = bounded(
+    num_generations: int = setting(
         8,
         ge=2,
         why="advantages are rewards normalised within a group of completions of one prompt, "
         "and a group of one always has advantage 0.",
+        help="Completions sampled per prompt; advantages are normalised within each group.",
     )
-    # Longest prompt, in tokens (chat template included); longer prompts are refused.
-    max_prompt_length: int = bounded(256, ge=1)
-    # Most tokens generated per completion.
-    max_completion_length: int = bounded(256, ge=1, why="there would be nothing to reward.")
-    # Sampling temperature for rollouts (also applied to training logprobs).
-    temperature: float = bounded(
-        1.0, gt=0, why="logits are divided by it, and GRPO needs differing completions."
+    max_prompt_length: int = setting(
+        256,
+        ge=1,
+        help="Longest prompt, in tokens (chat template included); longer prompts are refused.",
     )
-    # Nucleus sampling threshold in (0, 1].
-    top_p: float = bounded(1.0, gt=0, le=1, why="the share of probability mass kept.")
-    # Top-k sampling; 0 disables it.
-    top_k: int = bounded(0, ge=0, why="0 disables top-k.")
-    # Weight of the KL penalty to the reference policy; 0 disables it.
-    beta: float = bounded(0.0, ge=0, why="a negative weight rewards drifting from the reference.")
-    # Lower clip range of the importance ratio (1 - epsilon).
-    epsilon: float = bounded(
-        0.2, gt=0, lt=1, why="the ratio is clipped below at 1 - epsilon, which must stay positive."
+    max_completion_length: int = setting(
+        256,
+        ge=1,
+        why="there would be nothing to reward.",
+        help="Most tokens generated per completion.",
     )
-    # ppo_clip: upper clip range 1 + epsilon_high (unset: epsilon; larger is DAPO's
-    # clip-higher). cispo: the cap on the importance weight itself, as in TRL (5.0 is
-    # ScaleRL's value); required with cispo.
-    epsilon_high: float | None = bounded(None, gt=0)
-    # Passes over each generation batch (TRL's num_iterations); more than 1 reuses
-    # rollouts, so the ratio moves off 1 and clipping acts.
-    num_iterations: int = bounded(1, ge=1)
-    # Optimizer steps each generation batch is split into (TRL's steps_per_generation): a
-    # generation samples per_device_train_batch_size x this many completions.
-    steps_per_generation: int = bounded(1, ge=1)
-    # Policy-gradient loss.
-    loss_type: LossType = LossType.ppo_clip
-    # Divide group-centred rewards by the group's standard deviation.
-    scale_rewards: bool = True
-    # Sample the next generation batch on a copy of the policy while the trainer trains
-    # on this one: one optimizer step off-policy, corrected by the importance ratio to
-    # the sampling policy (clipped by epsilon). Doubles the model's memory.
-    overlap_rollouts: bool = False
+    temperature: float = setting(
+        1.0,
+        gt=0,
+        why="logits are divided by it, and GRPO needs differing completions.",
+        help="Sampling temperature for rollouts (also applied to training logprobs).",
+    )
+    top_p: float = setting(
+        1.0,
+        gt=0,
+        le=1,
+        why="the share of probability mass kept.",
+        help="Nucleus sampling threshold in (0, 1].",
+    )
+    top_k: int = setting(0, ge=0, why="0 disables top-k.", help="Top-k sampling; 0 disables it.")
+    beta: float = setting(
+        0.0,
+        ge=0,
+        why="a negative weight rewards drifting from the reference.",
+        help="Weight of the KL penalty to the reference policy; 0 disables it.",
+    )
+    epsilon: float = setting(
+        0.2,
+        gt=0,
+        lt=1,
+        why="the ratio is clipped below at 1 - epsilon, which must stay positive.",
+        help="Lower clip range of the importance ratio (1 - epsilon).",
+    )
+    epsilon_high: float | None = setting(
+        None,
+        gt=0,
+        help=(
+            "ppo_clip: upper clip range 1 + epsilon_high (unset: epsilon; larger is DAPO's "
+            "clip-higher). cispo: the cap on the importance weight itself, as in TRL (5.0 is "
+            "ScaleRL's value); required with cispo."
+        ),
+    )
+    num_iterations: int = setting(
+        1,
+        ge=1,
+        help=(
+            "Passes over each generation batch (TRL's num_iterations); more than 1 reuses "
+            "rollouts, so the ratio moves off 1 and clipping acts."
+        ),
+        legacy=1,
+    )
+    steps_per_generation: int = setting(
+        1,
+        ge=1,
+        help=(
+            "Optimizer steps each generation batch is split into (TRL's steps_per_generation): a "
+            "generation samples per_device_train_batch_size x this many completions."
+        ),
+        legacy=1,
+    )
+    loss_type: LossType = setting(LossType.ppo_clip, help="Policy-gradient loss.")
+    scale_rewards: bool = setting(
+        True, help="Divide group-centred rewards by the group's standard deviation."
+    )
+    overlap_rollouts: bool = setting(
+        False,
+        help=(
+            "Sample the next generation batch on a copy of the policy while the trainer trains "
+            "on this one: one optimizer step off-policy, corrected by the importance ratio to "
+            "the sampling policy (clipped by epsilon). Doubles the model's memory."
+        ),
+        legacy=False,
+    )
 
 
 @dataclass
 class SFTConfig:
     """Supervised fine-tuning settings (names as in TRL's SFTConfig)."""
 
-    # Longest training example (prompt plus answer), in tokens; longer ones are refused.
-    max_length: int = bounded(1024, ge=1)
-    # Compute the loss on answer tokens only, not on the prompt.
-    completion_only_loss: bool = True
+    max_length: int = setting(
+        1024,
+        ge=1,
+        help="Longest training example (prompt plus answer), in tokens; longer ones are refused.",
+    )
+    completion_only_loss: bool = setting(
+        True, help="Compute the loss on answer tokens only, not on the prompt."
+    )
 
 
 @dataclass
 class ProducerConfig:
     """The side that turns prompts into packed training inputs and awaits each step's result."""
 
-    # Shuffle the task's examples before each pass over them.
-    shuffle: bool = True
-    # Completions per step saved to completions.jsonl in the run directory, for inspection.
-    log_completions: int = bounded(2, ge=0)
-    # Lay sequences that share a prompt (a group's completions) out behind one copy of it,
-    # each attending to that copy and to itself: the same loss and gradient, with the
-    # prompt computed once per group instead of once per completion. Only where rows pack
-    # (the run log names the layout); false repeats the prompt for every completion.
-    share_prompts: bool = True
+    shuffle: bool = setting(True, help="Shuffle the task's examples before each pass over them.")
+    log_completions: int = setting(
+        2,
+        ge=0,
+        help=(
+            "Completions per step saved to completions.jsonl in the run directory, for inspection."
+        ),
+        resume=MAY_CHANGE,
+    )
+    share_prompts: bool = setting(
+        True,
+        help=(
+            "Lay sequences that share a prompt (a group's completions) out behind one copy of "
+            "it, each attending to that copy and to itself: the same loss and gradient, with the "
+            "prompt computed once per group instead of once per completion. Only where rows pack "
+            "(the run log names the layout); false repeats the prompt for every completion."
+        ),
+        legacy=False,
+    )
 
 
 _TIMEOUT_WHY = (
@@ -321,33 +441,46 @@ _TIMEOUT_WHY = (
 )
 
 
-def _timeout(default: float) -> Any:
-    return bounded(default, gt=0, le=WAIT_MAX_S, float32=False, why=_TIMEOUT_WHY)
+def _timeout(default: float, help: str, **rules: Any) -> Any:
+    return setting(
+        default, gt=0, le=WAIT_MAX_S, float32=False, why=_TIMEOUT_WHY, help=help, **rules
+    )
 
 
 @dataclass
 class QueueConfig:
     """The producer <-> trainer channel; deadlocks on it are detected at once."""
 
-    # Seconds the trainer waits for its next input while the producer is in none of its
-    # bounded phases (sampling, scoring, checkpointing each have their own bound).
-    input_timeout_s: float = _timeout(600.0)
-    # Inputs that may wait on the queue; 1 keeps training on-policy.
-    maxsize: int = bounded(1, ge=1)
+    input_timeout_s: float = _timeout(
+        600.0,
+        "Seconds the trainer waits for its next input while the producer is in none of its "
+        "bounded phases (sampling, scoring, checkpointing each have their own bound).",
+        resume=MAY_CHANGE,
+    )
+    maxsize: int = setting(
+        1,
+        ge=1,
+        help="Inputs that may wait on the queue; 1 keeps training on-policy.",
+        resume=MAY_CHANGE,
+    )
 
 
 @dataclass
 class TimeoutsConfig:
     """A bound for each kind of work, so stuck work stops the run naming what overran."""
 
-    # Seconds to sample one generation batch of rollouts.
-    rollout_s: float = _timeout(1800.0)
-    # Seconds to score one generation batch with the reward function.
-    reward_s: float = _timeout(600.0)
-    # Seconds for one optimizer step (the producer's wait for its result).
-    step_s: float = _timeout(1800.0)
-    # Seconds to write one checkpoint.
-    checkpoint_s: float = _timeout(1800.0)
+    rollout_s: float = _timeout(
+        1800.0, "Seconds to sample one generation batch of rollouts.", resume=MAY_CHANGE
+    )
+    reward_s: float = _timeout(
+        600.0, "Seconds to score one generation batch with the reward function.", resume=MAY_CHANGE
+    )
+    step_s: float = _timeout(
+        1800.0,
+        "Seconds for one optimizer step (the producer's wait for its result).",
+        resume=MAY_CHANGE,
+    )
+    checkpoint_s: float = _timeout(1800.0, "Seconds to write one checkpoint.", resume=MAY_CHANGE)
 
 
 @dataclass
@@ -355,71 +488,107 @@ class DistributedConfig:
     """Data-parallel training over ranks started by torchrun or a SLURM job (one rank per
     process; trainer.per_device_train_batch_size is per rank)."""
 
-    # Ranks the run is planned for; null reads WORLD_SIZE from the launcher (1 without one).
-    world_size: int | None = bounded(None, ge=1)
-    # Collective backend.
-    backend: DistBackend = DistBackend.auto
-    # Seconds a collective waits for the other ranks before the run stops naming them.
-    timeout_s: float = _timeout(300.0)
+    world_size: int | None = setting(
+        None,
+        ge=1,
+        help=(
+            "Ranks the run is planned for; null reads WORLD_SIZE from the launcher (1 without one)."
+        ),
+        legacy=1,
+    )
+    backend: DistBackend = setting(
+        DistBackend.auto, help="Collective backend.", legacy=DistBackend.auto
+    )
+    timeout_s: float = _timeout(
+        300.0,
+        "Seconds a collective waits for the other ranks before the run stops naming them.",
+        legacy=300.0,
+    )
 
 
 @dataclass
 class RewardConfig:
     """The task's reward function, named by `_target_`."""
 
-    # Dotted path of a @reward function, called as f(prompt=, completion=, answer=) -> float.
-    _target_: str = MISSING
+    _target_: str = setting(
+        MISSING,
+        help=(
+            "Dotted path of a @reward function, called as f(prompt=, completion=, answer=) -> "
+            "float."
+        ),
+    )
 
 
 @dataclass
 class TaskConfig:
     """What the model is trained on, and how completions are scored."""
 
-    # Short label used in logs and run names.
-    name: str = bounded(MISSING, nonempty=True)
-    # Where examples come from: a generator function or a JSONL file.
-    source: TaskSource = TaskSource.generated
-    # Dotted path of the @generator function (source=generated).
-    generator: str | None = None
-    # JSONL file with one {"prompt": ..., "answer": ...} object per line (source=jsonl).
-    path: str | None = None
-    # Examples drawn from the generator.
-    num_examples: int = bounded(2000, ge=1, when=("task.source", TaskSource.generated))
-    # Keyword arguments passed to the generator.
-    params: dict[str, Any] = field(default_factory=dict)
-    # Reward function.
-    reward: RewardConfig = field(default_factory=RewardConfig)
-    # Modules whose unmarked functions reward and generator may name (command line only).
-    allowed_modules: list[str] = field(default_factory=list)
+    name: str = setting(MISSING, nonempty=True, help="Short label used in logs and run names.")
+    source: TaskSource = setting(
+        TaskSource.generated, help="Where examples come from: a generator function or a JSONL file."
+    )
+    generator: str | None = setting(
+        None, help="Dotted path of the @generator function (source=generated)."
+    )
+    path: str | None = setting(
+        None,
+        help='JSONL file with one {"prompt": ..., "answer": ...} object per line (source=jsonl).',
+    )
+    num_examples: int = setting(
+        2000,
+        ge=1,
+        when=("task.source", TaskSource.generated),
+        help="Examples drawn from the generator.",
+    )
+    params: dict[str, Any] = setting(
+        factory=dict, help="Keyword arguments passed to the generator."
+    )
+    reward: RewardConfig = section(RewardConfig, help="Reward function.")
+    allowed_modules: list[str] = setting(
+        factory=list,
+        help=(
+            "Modules whose unmarked functions reward and generator may name (command line only)."
+        ),
+    )
 
 
 @dataclass
 class CheckpointConfig:
     """When and where checkpoints are written."""
 
-    # Save every N optimizer steps; 0 saves only at the end of the run.
-    every_steps: int = bounded(50, ge=0, why="0 saves only at the end.")
-    # Checkpoints kept on disk (oldest deleted first).
-    keep_last: int = bounded(2, ge=1, why="resume needs a checkpoint to load.")
-    # Folder inside the run directory.
-    dir: str = bounded("checkpoints", nonempty=True)
+    every_steps: int = setting(
+        50,
+        ge=0,
+        why="0 saves only at the end.",
+        help="Save every N optimizer steps; 0 saves only at the end of the run.",
+        resume=MAY_CHANGE,
+    )
+    keep_last: int = setting(
+        2,
+        ge=1,
+        why="resume needs a checkpoint to load.",
+        help="Checkpoints kept on disk (oldest deleted first).",
+        resume=MAY_CHANGE,
+    )
+    dir: str = setting("checkpoints", nonempty=True, help="Folder inside the run directory.")
 
 
 @dataclass
 class LoggingConfig:
     """What a run reports while it trains."""
 
-    # Write metrics every N steps.
-    every_steps: int = bounded(1, ge=1)
-    # Write TensorBoard event files.
-    tensorboard: bool = True
-    # Draw the reward curve to a PNG at the end.
-    plot: bool = True
-    # Progress bar: auto (only on a terminal), on or off (YAML's bare on/off/true/false work).
-    progress_bar: str = bounded(
+    every_steps: int = setting(1, ge=1, help="Write metrics every N steps.", resume=MAY_CHANGE)
+    tensorboard: bool = setting(True, help="Write TensorBoard event files.", resume=MAY_CHANGE)
+    plot: bool = setting(True, help="Draw the reward curve to a PNG at the end.", resume=MAY_CHANGE)
+    progress_bar: str = setting(
         "auto",
         choices=("auto", "on", "off"),
         aliases=(("True", "on"), ("true", "on"), ("False", "off"), ("false", "off")),
+        help=(
+            "Progress bar: auto (only on a terminal), on or off (YAML's bare on/off/true/false "
+            "work)."
+        ),
+        resume=MAY_CHANGE,
     )
 
 
@@ -427,37 +596,50 @@ class LoggingConfig:
 class RunConfig:
     """A whole run: every section plus the run-level switches."""
 
-    # Model to train.
-    model: ModelConfig = field(default_factory=ModelConfig)
-    # Library that loads and trains it.
-    backend: BackendConfig = field(default_factory=BackendConfig)
-    # RL or SFT.
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
-    # Optimisation settings.
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    # RL settings (used when algorithm=rl).
-    rl: RLConfig = section(RLConfig, when=("algorithm.name", AlgorithmName.rl))
-    # SFT settings (used when algorithm=sft).
-    sft: SFTConfig = section(SFTConfig, when=("algorithm.name", AlgorithmName.sft))
-    # Rollout producer.
-    producer: ProducerConfig = field(default_factory=ProducerConfig)
-    # Producer <-> trainer queue.
-    queue: QueueConfig = field(default_factory=QueueConfig)
-    # Bounds on rollouts, rewards, optimizer steps and checkpoint writes.
-    timeouts: TimeoutsConfig = field(default_factory=TimeoutsConfig)
-    # Data-parallel training over several processes.
-    distributed: DistributedConfig = field(default_factory=DistributedConfig)
-    # Training data and reward.
-    task: TaskConfig = field(default_factory=TaskConfig)
-    # Checkpointing.
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    # Metrics, TensorBoard and plots.
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
-    # Seed for model init, sampling and data order.
-    seed: int = bounded(42, ge=-(2**63), le=2**64 - 1, why="torch seeds with a 64-bit integer.")
-    # Validate and print the resolved config, then exit without training.
-    dry_run: bool = False
-    # Continue from the last complete checkpoint in the run directory.
-    resume: bool = False
-    # Treat warnings as errors: refuse a configuration that only looks like a mistake.
-    strict: bool = False
+    model: ModelConfig = section(ModelConfig, help="Model to train.")
+    backend: BackendConfig = section(BackendConfig, help="Library that loads and trains it.")
+    algorithm: AlgorithmConfig = section(AlgorithmConfig, help="RL or SFT.")
+    trainer: TrainerConfig = section(TrainerConfig, help="Optimisation settings.")
+    rl: RLConfig = section(
+        RLConfig,
+        when=("algorithm.name", AlgorithmName.rl),
+        help="RL settings (used when algorithm=rl).",
+    )
+    sft: SFTConfig = section(
+        SFTConfig,
+        when=("algorithm.name", AlgorithmName.sft),
+        help="SFT settings (used when algorithm=sft).",
+    )
+    producer: ProducerConfig = section(ProducerConfig, help="Rollout producer.")
+    queue: QueueConfig = section(QueueConfig, help="Producer <-> trainer queue.")
+    timeouts: TimeoutsConfig = section(
+        TimeoutsConfig, help="Bounds on rollouts, rewards, optimizer steps and checkpoint writes."
+    )
+    distributed: DistributedConfig = section(
+        DistributedConfig, help="Data-parallel training over several processes."
+    )
+    task: TaskConfig = section(TaskConfig, help="Training data and reward.")
+    checkpoint: CheckpointConfig = section(CheckpointConfig, help="Checkpointing.")
+    logging: LoggingConfig = section(LoggingConfig, help="Metrics, TensorBoard and plots.")
+    seed: int = setting(
+        42,
+        ge=-(2**63),
+        le=2**64 - 1,
+        why="torch seeds with a 64-bit integer.",
+        help="Seed for model init, sampling and data order.",
+    )
+    dry_run: bool = setting(
+        False,
+        help="Validate and print the resolved config, then exit without training.",
+        resume=MAY_CHANGE,
+    )
+    resume: bool = setting(
+        False,
+        help="Continue from the last complete checkpoint in the run directory.",
+        resume=MAY_CHANGE,
+    )
+    strict: bool = setting(
+        False,
+        help="Treat warnings as errors: refuse a configuration that only looks like a mistake.",
+        resume=MAY_CHANGE,
+    )

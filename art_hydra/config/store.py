@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from art_hydra.config.fields import key_help_text
 from art_hydra.config.schema import RunConfig
 
 #: Name of the schema node that ``conf/config.yaml`` puts first in its defaults list.
@@ -65,3 +66,6 @@ def job_record_name() -> str:
 # At import: a launcher's worker process resolves the job's hydra node before any
 # entry point runs, and it has imported this module with the task function.
 OmegaConf.register_new_resolver("art_hydra.job_record", job_record_name, replace=True)
+# ``art-hydra --help`` lists every key with its help (hydra.help.template in
+# conf/config.yaml), read from the schema's field metadata.
+OmegaConf.register_new_resolver("art_hydra.keys", key_help_text, replace=True)

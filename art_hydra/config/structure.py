@@ -16,14 +16,14 @@ import copy
 import dataclasses
 import difflib
 import enum
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from art_hydra.config.bounds import canonical, schema_default, type_hints
-from art_hydra.config.docs import field_doc
+from art_hydra.config.fields import help_of
 from art_hydra.config.hydra_compat import raw_value
 from art_hydra.config.problems import Kind, Problem, fix
 from art_hydra.config.schema import RunConfig
@@ -183,7 +183,7 @@ def _doc_of(parent: str, name: str) -> str:
     cls: Any = RunConfig
     for part in [p for p in parent.split(".") if p]:
         cls = type_hints(cls).get(part) if dataclasses.is_dataclass(cls) else None
-    return field_doc(cls, name) if cls is not None else ""
+    return help_of(cls, name) if cls is not None else ""
 
 
 def _interpolation_problem(path: str, raw: Any, exc: BaseException) -> Problem:
@@ -254,8 +254,8 @@ def unknown_key_problem(path: str, value: Any, parent_type: Any) -> Problem:
     close = difflib.get_close_matches(leaf, names, n=1, cutoff=0.6)
     if close:
         target = f"{parent}.{close[0]}" if parent else close[0]
-        doc = field_doc(parent_type, close[0])
-        hint = f" Did you mean {target}" + (f" ({doc.rstrip('.')})?" if doc else "?")
+        doc = help_of(parent_type, close[0])
+        hint = f" Did you mean {target}?" + (f" It is: {doc}" if doc else "")
         suggestion = fix({target: value})
     else:
         hint = f" Known keys: {', '.join(names)}."
@@ -267,13 +267,3 @@ def unknown_key_problem(path: str, value: Any, parent_type: Any) -> Problem:
         suggestion,
         Kind.unknown_key,
     )
-
-
-def leaf_paths(cls: type = RunConfig, prefix: str = "") -> Iterator[str]:
-    """Every leaf key path of the schema (for tests and docs)."""
-    for f in dataclasses.fields(cls):
-        kind = type_hints(cls)[f.name]
-        if dataclasses.is_dataclass(kind):
-            yield from leaf_paths(kind, f"{prefix}{f.name}.")
-        else:
-            yield f"{prefix}{f.name}"

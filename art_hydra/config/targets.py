@@ -57,7 +57,6 @@ ART_HYDRA_GENERATORS = frozenset(
     {
         "art_hydra.tasks.toy.reverse_examples",
         "art_hydra.tasks.toy.digit_sum_examples",
-        "art_hydra.tasks.toy.copy_examples",
     }
 )
 

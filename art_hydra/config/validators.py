@@ -18,6 +18,8 @@ from contextvars import ContextVar
 
 from omegaconf import DictConfig
 
+from art_hydra.config import run_files
+from art_hydra.config.fields import default
 from art_hydra.config.problems import Kind, Problem, Severity, fix
 from art_hydra.config.registry import validator
 from art_hydra.config.schema import (
@@ -266,7 +268,7 @@ def sampling_can_differ(cfg: DictConfig) -> Iterator[Problem]:
             1,
             "top-k 1 is greedy decoding: every completion of a prompt is the same, every group "
             "has zero reward spread, and the loss and its gradient stay 0 forever.",
-            fix({"rl.top_k": 0}, "no top-k"),
+            fix({"rl.top_k": default("rl.top_k")}, "no top-k"),
         )
     if rl.top_p < 0.5:
         yield _warning(
@@ -274,7 +276,7 @@ def sampling_can_differ(cfg: DictConfig) -> Iterator[Problem]:
             rl.top_p,
             f"keeps a second token only where the most likely one has less than {rl.top_p:g} of "
             "the probability: most groups would sample identical completions and carry no signal.",
-            fix({"rl.top_p": 1.0}),
+            fix({"rl.top_p": default("rl.top_p")}),
         )
     if rl.temperature < 0.1:
         yield _warning(
@@ -282,7 +284,7 @@ def sampling_can_differ(cfg: DictConfig) -> Iterator[Problem]:
             rl.temperature,
             "is close to greedy decoding: completions of a prompt would rarely differ, so most "
             "groups carry no signal.",
-            fix({"rl.temperature": 1.0}),
+            fix({"rl.temperature": default("rl.temperature")}),
         )
 
 
@@ -323,7 +325,10 @@ def overlapped_rollouts_have_a_sampler(cfg: DictConfig) -> Iterator[Problem]:
             "samples on a copy of the policy in a second thread while the trainer trains, "
             "which the torch backend provides; Unsloth patches one model for its own "
             "kernels and generation.",
-            fix({"rl.overlap_rollouts": False}, alt=fix({"backend": "torch"})),
+            fix(
+                {"rl.overlap_rollouts": default("rl.overlap_rollouts")},
+                alt=fix({"backend": "torch"}),
+            ),
         )
 
 
@@ -409,18 +414,16 @@ def warmup_within_the_run(cfg: DictConfig) -> Iterator[Problem]:
 #: would mix checkpoints into (and prune inside) another record.
 _RUN_RECORDS = frozenset(
     {
-        ".hydra",
-        ".ranks",
-        ".submitit",
-        "tensorboard",
-        "run.lock",
-        "run_config.yaml",
-        "resumes.jsonl",
-        "metrics.jsonl",
-        "completions.jsonl",
-        "multirun.yaml",
-        "reward.png",
-        "loss.png",
+        run_files.HYDRA_RECORD,
+        run_files.RANKS,
+        run_files.TENSORBOARD,
+        run_files.LOCK,
+        run_files.RUN_CONFIG,
+        run_files.RESUMES,
+        run_files.METRICS,
+        run_files.COMPLETIONS,
+        *run_files.PLOTS,
+        *run_files.SWEEP_FILES,
     }
 )
 
@@ -459,5 +462,5 @@ def checkpoints_stay_in_the_run_folder(cfg: DictConfig) -> Iterator[Problem]:
             "checkpoint.dir",
             value,
             f"{why} It must be a folder inside the run folder (hydra.run.dir).",
-            fix({"checkpoint.dir": "checkpoints"}),
+            fix({"checkpoint.dir": default("checkpoint.dir")}),
         )

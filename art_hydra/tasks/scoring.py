@@ -21,11 +21,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from art_hydra import workers
+from art_hydra.config.bounds import FLOAT32_MAX
 from art_hydra.errors import RewardError
 from art_hydra.tasks.examples import Example
-
-#: The largest magnitude a reward may have: it becomes part of a float32 tensor.
-LARGEST = 3.4028234663852886e38
 
 
 def _where(example: Example, completion: str) -> str:
@@ -71,10 +69,10 @@ def _number(value: Any) -> float | str:
         )
     if isinstance(value, decimal.Decimal) and not value.is_finite():
         return f"returned {_shown(value)}, not a finite number"
-    if isinstance(value, int) and abs(value) > LARGEST:
+    if isinstance(value, int) and abs(value) > FLOAT32_MAX:
         return (
             f"returned an integer of {value.bit_length()} bits, beyond what float32 can hold "
-            f"({LARGEST:.3g})"
+            f"({FLOAT32_MAX:.3g})"
         )
     if not (isinstance(value, numbers.Real) or hasattr(type(value), "__float__")):
         return f"returned {_shown(value)}, not a number"
@@ -87,8 +85,8 @@ def _number(value: Any) -> float | str:
     if not math.isfinite(number):
         as_float = "" if isinstance(value, float) else f" ({_shown(value)} as a float)"
         return f"returned {number}{as_float}, not a finite number"
-    if abs(number) > LARGEST:
-        return f"returned {number:g}, beyond what float32 can hold ({LARGEST:.3g})"
+    if abs(number) > FLOAT32_MAX:
+        return f"returned {number:g}, beyond what float32 can hold ({FLOAT32_MAX:.3g})"
     return number
 
 

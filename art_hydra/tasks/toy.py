@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import string
 from collections.abc import Iterator
 
 from art_hydra.tasks.examples import Example
@@ -26,11 +25,3 @@ def digit_sum_examples(rng: random.Random, num_examples: int) -> Iterator[Exampl
     for _ in range(num_examples):
         a, b = rng.randrange(10), rng.randrange(10)
         yield Example(prompt=f"{a}+{b}=", answer=str(a + b))
-
-
-@generator
-def copy_examples(rng: random.Random, num_examples: int, length: int = 4) -> Iterator[Example]:
-    """``"abcd:"`` -> ``"abcd"``: copy a string."""
-    for _ in range(num_examples):
-        word = "".join(rng.choice(string.ascii_lowercase) for _ in range(length))
-        yield Example(prompt=f"{word}:", answer=word)

@@ -15,7 +15,6 @@ number, and names the skipped ones. Any launcher works (basic, joblib, submitit,
 # before registering it in sys.modules, and dataclasses with string annotations look the
 # module up there.
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from art_hydra.config.composition import announce_warnings, compose_and_check
 from art_hydra.config.hydra_compat import basic_sweeper
 from art_hydra.config.problems import Problem, errors, format_report, warnings_of
 from art_hydra.config.trust import hand_of
+from art_hydra.errors import full_error
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class SweepPreflightError(CompactHydraException):
 
 def _fail(message: str) -> None:
     """Report a user's mistake without a traceback or Hydra's HYDRA_FULL_ERROR hint."""
-    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+    if full_error():
         raise SweepPreflightError(message)
     sys.stderr.write(message.rstrip() + "\n")
     sys.exit(1)
@@ -133,14 +133,14 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
             except Exception as exc:
                 # A job launched elsewhere (submitit) comes back as a trace in a string.
                 remote = type(exc).__name__ in ("FailedJobError", "UncompletedJobError")
-                if not remote or os.environ.get("HYDRA_FULL_ERROR") == "1":
+                if not remote or full_error():
                     raise
                 _fail(f"A job of the sweep stopped:\n{remote_failure(str(exc))}")
             for r in results:
                 try:
                     _ = r.return_value  # re-raises a failed job's exception, as Hydra's does
                 except CompactHydraException as exc:
-                    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                    if full_error():
                         raise
                     _fail(f"A job of the sweep stopped:\n{exc}")
             returns.append(results)

@@ -1,0 +1,51 @@
+"""The names of what a run keeps in its folder, each written here once.
+
+The run folder's lock and manifests (:mod:`art_hydra.run_folder`), the checkpoint
+writer (:mod:`art_hydra.checkpoint`), the metrics writer, the run's own cleanup and the
+``checkpoint.dir`` check (which must not point into one of these) all name the same
+files; they import the names from this module so a renamed or added file is changed in
+one place. Plain strings, no imports: it sits in the config layer, on the compose path.
+"""
+
+from __future__ import annotations
+
+#: The resolved config the run started with (updated by each accepted resume).
+RUN_CONFIG = "run_config.yaml"
+#: One line per accepted resume: when, from which step, what changed.
+RESUMES = "resumes.jsonl"
+#: One line per logged optimizer step.
+METRICS = "metrics.jsonl"
+#: Example completions per step (producer.log_completions).
+COMPLETIONS = "completions.jsonl"
+#: The data, reward and model the run began on (:mod:`art_hydra.run_identity`).
+IDENTITY = "run_identity.json"
+#: TensorBoard's event folder.
+TENSORBOARD = "tensorboard"
+#: The curves drawn at the end of a run (RL: reward, SFT: loss).
+REWARD_PLOT = "reward.png"
+LOSS_PLOT = "loss.png"
+PLOTS = (REWARD_PLOT, LOSS_PLOT)
+#: The lock a training run holds on its folder.
+LOCK = "run.lock"
+#: Each rank's status file, read by the others when a collective stalls.
+RANKS = ".ranks"
+#: Hydra's record of a job, written by Hydra itself into ``hydra.output_subdir``.
+HYDRA_RECORD = ".hydra"
+#: Where Hydra writes a job's record until the job holds the run folder's lock
+#: (``hydra.output_subdir`` in conf/config.yaml): a job refused for a busy
+#: folder then never touches the ``.hydra/`` of the run that holds it.
+PENDING_PREFIX = ".hydra-pending-"
+#: A sweep's own files, where a job's folder is the sweep folder (hydra.sweep.subdir='').
+SWEEP_FILES = ("multirun.yaml", ".submitit")
+
+#: A checkpoint folder is ``step-<n>`` (n >= 0, at least 6 digits).
+CHECKPOINT_PREFIX = "step-"
+#: A checkpoint's list of its files and their SHA-256 sums, written last.
+MANIFEST = "manifest.json"
+#: The checkpoint's optimizer, scheduler, RNG and step state.
+STATE_DIR = "trainer_state"
+
+
+def checkpoint_name(step: int) -> str:
+    """The folder name of the checkpoint of ``step`` (``step-000050``)."""
+    return f"{CHECKPOINT_PREFIX}{step:06d}"
