@@ -361,8 +361,11 @@ def build(extra_dirs: Iterable[Path | str] = ()) -> dict[str, Any]:
         {
             "title": "Hydra's own settings (a file under hydra/)",
             "type": "object",
-            "properties": {"defaults": _ref("defaults")},
-            "propertyNames": {"enum": _hydra_file_keys(folders)},
+            "properties": {
+                key: _ref("defaults") if key == "defaults" else {}
+                for key in _hydra_file_keys(folders)
+            },
+            "additionalProperties": False,
         }
     )
     builder.defs["defaults"] = _defaults_list(groups)
