@@ -43,7 +43,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from art_hydra.config.bounds import Bound, describe, type_hints
+from art_hydra.config.bounds import Bound, describe, schema_default, type_hints
 from art_hydra.config.docs import field_doc
 from art_hydra.config.schema import RunConfig
 
@@ -91,12 +91,6 @@ def _json_default(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _json_default(getattr(value, f.name)) for f in dataclasses.fields(value)}
     return value
-
-
-def _field_default(f: dataclasses.Field[Any]) -> Any:
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return f.default
 
 
 def _type_schema(hint: Any) -> dict[str, Any]:
@@ -230,7 +224,7 @@ class _Builder:
             words.append("Must not be empty.")
         if bound is not None and bound.when is not None:
             words.append(f"(Checked when {bound.when[0]}={_json_default(bound.when[1])}.)")
-        default = _field_default(f)
+        default = schema_default(cls, f.name)
         if default is MISSING:
             words.append("No default: a value must be given.")
         prop: dict[str, Any] = {"description": " ".join(w for w in words if w)}
