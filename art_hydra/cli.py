@@ -134,6 +134,8 @@ def main() -> None:
 
 
 def _main() -> None:
+    if "--schema" in sys.argv[1:]:
+        _print_schema(sys.argv[1:])
     args = hydra_compat.args_parser().parse_args()
     register_configs()  # also for -cp folders, which Hydra loads without importing them
     passthrough = args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
@@ -148,6 +150,25 @@ def _main() -> None:
         _refuse_an_unchecked_launch(str(primary))
     register_sweeper()  # after the check: Hydra's plugin scan imports every launcher
     hydra_main()
+
+
+def _print_schema(argv: list[str]) -> None:
+    """``art-hydra --schema [--config-dir DIR]``: print the JSON Schema of config files
+    (with DIR's groups and options added) for an editor, and exit before Hydra runs."""
+    import argparse
+
+    from art_hydra.config.json_schema import render
+
+    parser = argparse.ArgumentParser(prog="art-hydra --schema")
+    parser.add_argument("--schema", action="store_true")
+    parser.add_argument("--config-dir", "-cd", action="append", default=[])
+    args = parser.parse_args(argv)
+    missing = [d for d in args.config_dir if not os.path.isdir(d)]
+    if missing:
+        sys.stderr.write(f"--config-dir {missing[0]}: no such folder\n")
+        sys.exit(1)
+    sys.stdout.write(render(args.config_dir))
+    sys.exit(0)
 
 
 def _precheck(args: Any) -> Composition | None:

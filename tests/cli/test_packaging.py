@@ -53,6 +53,7 @@ def test_wheel_installs_and_runs_from_another_directory(tmp_path: Path) -> None:
         "art_hydra/conf/config.yaml",
         "art_hydra/conf/model/tiny.yaml",
         "art_hydra/conf/experiment/tiny_sft_reverse.yaml",
+        "art_hydra/config/run_config.schema.json",  # the editor schema (art-hydra --schema)
         "hydra_plugins/art_hydra_preflight/preflight_sweeper.py",
     ):
         assert needed in names, f"{needed} missing from the wheel"
