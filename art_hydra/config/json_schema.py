@@ -2,7 +2,7 @@
 
 Hydra checks a config only when a run composes it; until then a user of YAML configs
 types keys blind. This module walks :class:`~art_hydra.config.schema.RunConfig` (types,
-enums, defaults, the field docs and the ``bounded(...)`` limits) and writes the schema
+enums, defaults, the help and limits declared on each field) and writes the schema
 a YAML language server reads to complete and check ``conf/`` files and a user's
 ``--config-dir`` files as they are typed.
 
@@ -44,7 +44,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from art_hydra.config.bounds import Bound, describe, schema_default, type_hints
-from art_hydra.config.docs import field_doc
+from art_hydra.config.fields import help_of
 from art_hydra.config.schema import RunConfig
 
 #: The dialect the document declares.
@@ -66,9 +66,8 @@ _GROUP_KEY = r"^(override |optional )?/?{group}(@[\w.]*)?$"
 
 
 def _description(cls: type, name: str) -> str:
-    """The documentation of field ``name`` of dataclass ``cls`` (one place to change
-    where field documentation comes from)."""
-    return field_doc(cls, name)
+    """The help of field ``name`` of dataclass ``cls``, from its metadata."""
+    return help_of(cls, name)
 
 
 def _ref(name: str) -> dict[str, Any]:
