@@ -15,6 +15,41 @@ ART_HYDRA = str(Path(sys.executable).with_name("art-hydra"))
 
 CliRunner = Callable[..., subprocess.CompletedProcess]
 
+#: The tiers, each naming what its tests need (pyproject.toml [tool.pytest.ini_options]
+#: describes them); every test belongs to exactly one.
+TIERS = ("fast", "model", "slow", "dist")
+#: A test without a tier mark of its own takes its folder's.
+FOLDER_TIERS = {
+    "config": "fast",
+    "cli": "fast",
+    "reliability": "fast",
+    "engine": "model",
+    "distributed": "dist",
+    "unsloth_stage": "slow",
+}
+
+
+def tier_of(item: pytest.Item) -> str:
+    """The one tier of ``item``: its own (or its module's) tier mark, else its folder's."""
+    marked = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
+    if len(marked) > 1:
+        raise pytest.UsageError(f"{item.nodeid} has several tiers: {sorted(marked)}")
+    if marked:
+        return marked.pop()
+    folder = Path(str(item.path)).relative_to(Path(__file__).parent).parts[0]
+    if folder not in FOLDER_TIERS:
+        raise pytest.UsageError(f"{item.nodeid}: no tier mark and no tier for tests/{folder}")
+    return FOLDER_TIERS[folder]
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by mark
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give every test its tier, so ``pytest -m fast`` (or model, slow, dist) selects it."""
+    for item in items:
+        tier = tier_of(item)
+        if not item.get_closest_marker(tier):
+            item.add_marker(tier)
+
 
 def run_cli(
     *args: str,

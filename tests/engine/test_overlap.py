@@ -63,6 +63,7 @@ def test_an_overlapped_run_resumes_to_the_very_same_weights(tmp_path: Path) -> N
     assert rewards == [m["reward_mean"] for m in _metrics(tmp_path / "whole")]
 
 
+@pytest.mark.fast  # refused at composition
 def test_overlapped_rollouts_with_unsloth_are_refused_at_composition() -> None:
     with pytest.raises(ConfigValidationError) as info:
         compose(["rl.overlap_rollouts=true", "backend=unsloth", "backend.device=cuda"])
@@ -71,6 +72,7 @@ def test_overlapped_rollouts_with_unsloth_are_refused_at_composition() -> None:
     assert "fix: rl.overlap_rollouts=false, or backend=torch" in message
 
 
+@pytest.mark.fast  # refused at composition
 def test_overlapped_rollouts_keep_the_founding_rule() -> None:
     with pytest.raises(ConfigValidationError) as info:
         compose(["rl.overlap_rollouts=true", "trainer.gradient_accumulation_steps=2"])
