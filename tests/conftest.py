@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,6 +50,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tier = tier_of(item)
         if not item.get_closest_marker(tier):
             item.add_marker(tier)
+
+
+def problem_about(problems: Any, key: str) -> Any:
+    """The one :class:`~art_hydra.config.problems.Problem` about ``key`` in ``problems``
+    (a list, or the ConfigValidationError that carries them): tests read its fields
+    (key, kind, severity, fix), not the wording of the report, unless wording is the point."""
+    found = [p for p in getattr(problems, "problems", problems) if p.key == key]
+    assert len(found) == 1, f"{len(found)} problems about {key}: {found}"
+    return found[0]
 
 
 def run_cli(
