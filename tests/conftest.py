@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -59,6 +60,23 @@ def problem_about(problems: Any, key: str) -> Any:
     found = [p for p in getattr(problems, "problems", problems) if p.key == key]
     assert len(found) == 1, f"{len(found)} problems about {key}: {found}"
     return found[0]
+
+
+#: A report entry's first line: ``  1. key = value``.
+_ENTRY = re.compile(r"^  \d+\. (?P<key>\S+) = (?P<value>.*)$")
+
+
+def report_entries(out: str) -> list[tuple[str, str, str]]:
+    """The entries of a printed report as (key, value, fix) in order, so that CLI tests
+    read the report's structure rather than the wording of its reasons."""
+    entries: list[list[str]] = []
+    for line in out.splitlines():
+        found = _ENTRY.match(line)
+        if found:
+            entries.append([found["key"], found["value"], ""])
+        elif entries and line.startswith("     fix: "):
+            entries[-1][2] = line.removeprefix("     fix: ")
+    return [(key, value, fix) for key, value, fix in entries]
 
 
 def run_cli(
