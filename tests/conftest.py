@@ -1,4 +1,5 @@
-"""Shared helpers: run the real CLI in a subprocess, from a scratch working directory."""
+"""Shared helpers: run the real CLI in a subprocess, from a scratch working directory;
+read Problems and printed reports; give every test its tier (fast, model, slow, dist)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,9 @@ def tier_of(item: pytest.Item) -> str:
         raise pytest.UsageError(f"{item.nodeid} has several tiers: {sorted(marked)}")
     if marked:
         return marked.pop()
-    folder = Path(str(item.path)).relative_to(Path(__file__).parent).parts[0]
+    here = Path(__file__).parent
+    path = Path(str(item.path))
+    folder = path.relative_to(here).parts[0] if path.is_relative_to(here) else str(path)
     if folder not in FOLDER_TIERS:
         raise pytest.UsageError(f"{item.nodeid}: no tier mark and no tier for tests/{folder}")
     return FOLDER_TIERS[folder]
