@@ -1,12 +1,15 @@
-"""Shared helpers: run the real CLI in a subprocess, from a scratch working directory."""
+"""Shared helpers: run the real CLI in a subprocess, from a scratch working directory;
+read Problems and printed reports; give every test its tier (fast, model, slow, dist)."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +17,69 @@ import pytest
 ART_HYDRA = str(Path(sys.executable).with_name("art-hydra"))
 
 CliRunner = Callable[..., subprocess.CompletedProcess]
+
+#: The tiers, each naming what its tests need (pyproject.toml [tool.pytest.ini_options]
+#: describes them); every test belongs to exactly one.
+TIERS = ("fast", "model", "slow", "dist")
+#: A test without a tier mark of its own takes its folder's.
+FOLDER_TIERS = {
+    "config": "fast",
+    "cli": "fast",
+    "reliability": "fast",
+    "engine": "model",
+    "distributed": "dist",
+    "unsloth_stage": "slow",
+}
+
+
+def tier_of(item: pytest.Item) -> str:
+    """The one tier of ``item``: its own (or its module's) tier mark, else its folder's."""
+    marked = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
+    if len(marked) > 1:
+        raise pytest.UsageError(f"{item.nodeid} has several tiers: {sorted(marked)}")
+    if marked:
+        return marked.pop()
+    here = Path(__file__).parent
+    path = Path(str(item.path))
+    folder = path.relative_to(here).parts[0] if path.is_relative_to(here) else str(path)
+    if folder not in FOLDER_TIERS:
+        raise pytest.UsageError(f"{item.nodeid}: no tier mark and no tier for tests/{folder}")
+    return FOLDER_TIERS[folder]
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by mark
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give every test its tier, so ``pytest -m fast`` (or model, slow, dist) selects it."""
+    for item in items:
+        tier = tier_of(item)
+        if not item.get_closest_marker(tier):
+            item.add_marker(tier)
+
+
+def problem_about(problems: Any, key: str) -> Any:
+    """The one :class:`~art_hydra.config.problems.Problem` about ``key`` in ``problems``
+    (a list, or the ConfigValidationError that carries them): tests read its fields
+    (key, kind, severity, fix), not the wording of the report, unless wording is the point."""
+    found = [p for p in getattr(problems, "problems", problems) if p.key == key]
+    assert len(found) == 1, f"{len(found)} problems about {key}: {found}"
+    return found[0]
+
+
+#: A report entry's first line: ``  1. key = value``.
+_ENTRY = re.compile(r"^  \d+\. (?P<key>\S+) = (?P<value>.*)$")
+
+
+def report_entries(out: str) -> list[tuple[str, str, str]]:
+    """The entries of a printed report as (key, value, fix) in order, so that CLI tests
+    read the report's structure rather than the wording of its reasons."""
+    entries: list[list[str]] = []
+    for line in out.splitlines():
+        found = _ENTRY.match(line)
+        if found:
+            entries.append([found["key"], found["value"], ""])
+        elif entries and line.startswith("     fix: "):
+            entries[-1][2] = line.removeprefix("     fix: ")
+    return [(key, value, fix) for key, value, fix in entries]
 
 
 def run_cli(

@@ -4,10 +4,11 @@ WORLD_SIZE, or the launcher a sweep is about to use) before any process group fo
 from __future__ import annotations
 
 import pytest
+from conftest import problem_about
 
 from art_hydra import compose
 from art_hydra.config.composition import check
-from art_hydra.config.problems import ConfigValidationError, errors, warnings_of
+from art_hydra.config.problems import ConfigValidationError, Kind, Severity, errors, warnings_of
 from art_hydra.config.validators import planned_launch
 
 
@@ -26,22 +27,26 @@ def test_under_torchrun_the_world_size_is_the_launchs(monkeypatch: pytest.Monkey
     assert compose().distributed.world_size == 2
     with pytest.raises(ConfigValidationError) as info:
         compose(["trainer.per_device_train_batch_size=12"])
-    assert "each of the 2 ranks samples whole groups of 8" in str(info.value)
+    problem = problem_about(info.value, "trainer.per_device_train_batch_size")
+    assert (problem.kind, problem.severity) == (Kind.rule, Severity.error)
+    assert problem.fix.overrides() == ["trainer.per_device_train_batch_size=16"]
+    assert "each of the 2 ranks samples whole groups of 8" in problem.reason
 
 
 def test_a_planned_world_size_must_match_the_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ConfigValidationError) as info:
         compose(["distributed.world_size=4"])
-    message = str(info.value)
-    assert "the launcher starts 2 ranks per job, not 4" in message
-    assert "fix: distributed.world_size=2" in message
+    problem = problem_about(info.value, "distributed.world_size")
+    assert (problem.kind, problem.severity) == (Kind.rule, Severity.error)
+    assert problem.fix.overrides() == ["distributed.world_size=2"]
 
 
 def test_a_sweep_launchers_ranks_count_as_the_launch() -> None:
     with planned_launch(8):
         problems = _problems(["distributed.world_size=2"])
-    assert any("the launcher starts 8 ranks per job, not 2" in p.reason for p in errors(problems))
+    problem = problem_about(errors(problems), "distributed.world_size")
+    assert problem.fix.overrides() == ["distributed.world_size=8"]
 
 
 def test_a_plan_without_a_launch_is_a_warning_not_an_error() -> None:
@@ -52,16 +57,22 @@ def test_a_plan_without_a_launch_is_a_warning_not_an_error() -> None:
 
 
 @pytest.mark.parametrize(
-    ("overrides", "words"),
+    ("overrides", "key", "fix"),
     [
-        (["backend=unsloth", "backend.device=cuda"], "Unsloth trains on one device"),
-        (["backend.device=cpu", "distributed.backend=nccl"], "NCCL runs collectives between"),
+        (["backend=unsloth", "backend.device=cuda"], "backend", "backend=torch"),
+        (
+            ["backend.device=cpu", "distributed.backend=nccl"],
+            "distributed.backend",
+            "distributed.backend=gloo",
+        ),
     ],
 )
 def test_what_ranks_cannot_form_is_refused(
-    monkeypatch: pytest.MonkeyPatch, overrides: list[str], words: str
+    monkeypatch: pytest.MonkeyPatch, overrides: list[str], key: str, fix: str
 ) -> None:
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ConfigValidationError) as info:
         compose(overrides)
-    assert words in str(info.value)
+    problem = problem_about(info.value, key)
+    assert (problem.kind, problem.severity) == (Kind.rule, Severity.error)
+    assert problem.fix.overrides() == [fix]

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import problem_about
 
-from art_hydra import ConfigValidationError, Severity, compose
+from art_hydra import ConfigValidationError, Kind, Severity, compose
 
 
 @pytest.mark.parametrize(
@@ -48,8 +49,11 @@ def test_yaml_booleans_for_the_progress_bar_are_accepted(tmp_path: Path) -> None
     cfg = compose(["+quiet=yes"], config_dir=str(tmp_path))
     assert cfg.logging.progress_bar == "off"
     assert compose(["logging.progress_bar=true"]).logging.progress_bar == "on"
-    with pytest.raises(ConfigValidationError, match="must be one of auto, on, off"):
+    with pytest.raises(ConfigValidationError) as info:
         compose(["logging.progress_bar=loud"])
+    problem = problem_about(info.value, "logging.progress_bar")
+    assert (problem.value, problem.kind, problem.severity) == ("loud", Kind.bound, Severity.error)
+    assert problem.fix.overrides() == ["logging.progress_bar=auto"]
 
 
 def test_relative_config_dir_follows_the_current_directory(

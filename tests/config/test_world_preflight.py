@@ -193,7 +193,8 @@ def test_tiny_model_lengths_are_checked_for_data_and_generated_tasks(tmp_path: P
 
 def test_top_p_that_keeps_one_token_of_the_vocabulary_is_an_error() -> None:
     (problem,) = _world(["rl.top_p=0.1"])["rl.top_p"]  # vocabulary of 9: abcd= and 4 specials
-    assert "greedy decoding" in problem.reason and problem.is_error
+    assert (problem.kind, problem.severity) == (Kind.world, Severity.error)
+    assert problem.fix.overrides() == ["rl.top_p=1.0"]
     assert "rl.top_p" not in _world(["rl.top_p=0.2"])
 
 
@@ -240,7 +241,9 @@ def test_unsloth_backend_needs_unsloth_installed() -> None:
 
 @pytest.mark.skipif(cuda_present(), reason="a GPU is present")
 def test_cuda_asked_for_without_a_gpu() -> None:
-    assert "no CUDA GPU" in _world(["backend.device=cuda"])["backend.device"][0].reason
+    (problem,) = _world(["backend.device=cuda"])["backend.device"]
+    assert (problem.value, problem.kind, problem.severity) == ("cuda", Kind.world, Severity.error)
+    assert problem.fix.overrides() == ["backend.device=auto"]
 
 
 # ---- the run folder -----------------------------------------------------------------
@@ -259,14 +262,17 @@ def _finished_run(run_dir: Path, overrides: list[str]) -> None:
 def test_run_folder_states(tmp_path: Path) -> None:
     run = tmp_path / "run"
     assert _world([], run) == {}  # fresh (missing) folder
-    assert "there is no run folder" in _world(["resume=true"], run)["resume"][0].reason
+    (nothing,) = _world(["resume=true"], run)["resume"]  # nothing to resume: name the folder
+    assert (nothing.kind, nothing.severity) == (Kind.world, Severity.error)
+    assert not nothing.fix.overrides() and nothing.fix.render().startswith("hydra.run.dir=")
     run.mkdir()
     (run / ".hydra").mkdir()  # another Hydra app's output folder: its record is not ours
     assert "another program's Hydra record" in _world([], run)["hydra.run.dir"][0].reason
     (run / ".hydra").rmdir()
     (run / ".hydra-pending-1").mkdir()  # Hydra writes this before every job: not a run yet
     assert _world([], run) == {}
-    assert "holds no complete checkpoint" in _world(["resume=true"], run)["resume"][0].reason
+    (unfinished,) = _world(["resume=true"], run)["resume"]  # no checkpoint: start over
+    assert unfinished.fix.overrides() == ["resume=false"]
     # A run killed before its first checkpoint: its records, nothing resumable.
     write_run_config(run, compose(["trainer.max_steps=2"]))
     (run / "metrics.jsonl").write_text('{"step": 1}\n')

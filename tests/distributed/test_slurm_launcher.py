@@ -21,7 +21,7 @@ def _job_folders(root: Path) -> list[Path]:
     return sorted(p for p in sweeps[0].iterdir() if p.is_dir() and p.name.isdigit())
 
 
-@pytest.mark.slow
+@pytest.mark.dist
 def test_a_local_slurm_sweep_runs_each_job_on_two_ranks(tmp_path: Path) -> None:
     proc = run_cli(
         "-m",
@@ -54,6 +54,7 @@ def test_a_local_slurm_sweep_runs_each_job_on_two_ranks(tmp_path: Path) -> None:
     assert first_rewards[0] != first_rewards[1]
 
 
+@pytest.mark.fast  # a refusal before any process starts
 def test_the_sweep_preflight_counts_the_ranks_the_launcher_starts(tmp_path: Path) -> None:
     proc = run_cli(
         "-m",
@@ -73,6 +74,7 @@ def test_the_sweep_preflight_counts_the_ranks_the_launcher_starts(tmp_path: Path
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.fast  # a refusal before any process starts
 def test_a_slurm_sweep_leaves_gpus_to_the_cluster_but_a_local_one_does_not(
     tmp_path: Path,
 ) -> None:
@@ -91,6 +93,7 @@ def test_a_slurm_sweep_leaves_gpus_to_the_cluster_but_a_local_one_does_not(
     assert "backend.device = cuda" in output_of(local)
 
 
+@pytest.mark.fast  # a refusal before any process starts
 def test_an_uneven_point_is_refused_for_the_ranks_of_its_job(tmp_path: Path) -> None:
     proc = run_cli(
         "-m",
@@ -114,7 +117,7 @@ def die_on_rank1(prompt, completion, answer):
 """
 
 
-@pytest.mark.slow
+@pytest.mark.dist
 def test_a_task_that_dies_is_reported_without_a_traceback(tmp_path: Path) -> None:
     (tmp_path / "dying.py").write_text(DYING)
     proc = run_cli(

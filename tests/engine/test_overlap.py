@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import problem_about
 from conftest_model import QUICK
 from safetensors.torch import load_file
 
 from art_hydra import compose, train
-from art_hydra.config.problems import ConfigValidationError
+from art_hydra.config.problems import ConfigValidationError, Kind, Severity
 
 QUIET = ["logging.progress_bar=off", "logging.tensorboard=false", "logging.plot=false"]
 
@@ -63,15 +64,20 @@ def test_an_overlapped_run_resumes_to_the_very_same_weights(tmp_path: Path) -> N
     assert rewards == [m["reward_mean"] for m in _metrics(tmp_path / "whole")]
 
 
+@pytest.mark.fast  # refused at composition
 def test_overlapped_rollouts_with_unsloth_are_refused_at_composition() -> None:
     with pytest.raises(ConfigValidationError) as info:
         compose(["rl.overlap_rollouts=true", "backend=unsloth", "backend.device=cuda"])
-    message = str(info.value)
-    assert "rl.overlap_rollouts = True" in message
-    assert "fix: rl.overlap_rollouts=false, or backend=torch" in message
+    problem = problem_about(info.value, "rl.overlap_rollouts")
+    assert (problem.kind, problem.severity) == (Kind.rule, Severity.error)
+    assert problem.fix.overrides() == ["rl.overlap_rollouts=false"]
+    assert problem.fix.alt is not None and problem.fix.alt.overrides() == ["backend=torch"]
 
 
+@pytest.mark.fast  # refused at composition
 def test_overlapped_rollouts_keep_the_founding_rule() -> None:
     with pytest.raises(ConfigValidationError) as info:
         compose(["rl.overlap_rollouts=true", "trainer.gradient_accumulation_steps=2"])
-    assert "trainer.gradient_accumulation_steps = 2" in str(info.value)
+    problem = problem_about(info.value, "trainer.gradient_accumulation_steps")
+    assert (problem.value, problem.kind, problem.severity) == (2, Kind.rule, Severity.error)
+    assert "trainer.gradient_accumulation_steps=1" in problem.fix.overrides()

