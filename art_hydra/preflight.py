@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from art_hydra import run_folder, run_identity, safe_json
 from art_hydra.backends import tiny
-from art_hydra.config import fields
+from art_hydra.config import fields, run_files
 from art_hydra.config.composition import Composition
 from art_hydra.config.problems import Kind, Problem, Severity, fix
 from art_hydra.config.schema import (
@@ -678,7 +678,7 @@ def _foreign_hydra_record(run_dir: Path) -> bool:
 
     if HydraConfig.initialized() and HydraConfig.get().output_subdir == run_folder.HYDRA_RECORD:
         return False
-    marks = (run_folder.LOCK, run_folder.RUN_CONFIG, run_folder.METRICS, "run_identity.json")
+    marks = (run_folder.LOCK, run_folder.RUN_CONFIG, run_folder.METRICS, run_files.IDENTITY)
     return not any(run_folder.entry_kind(run_dir / name) is not None for name in marks)
 
 

@@ -591,12 +591,12 @@ def _stopped_message(
             f"{run_dir} and the same command starts it afresh:\n"
             f"  {restart_command(run_dir, ranks)}"
         )
-    return (
-        f"art_hydra stopped by {signal_name} after step {saved} of {cfg.trainer.max_steps}"
-        f"{failed + 'C' if failed else '; c'}heckpoint {run_files.checkpoint_name(saved)} "
-        f"holds step {saved} and "
-        f"the metrics are flushed. Resume with:\n  {resume_command(run_dir, ranks)}"
+    kept = (
+        f"checkpoint {run_files.checkpoint_name(saved)} holds step {saved} and the metrics "
+        f"are flushed. Resume with:\n  {resume_command(run_dir, ranks)}"
     )
+    head = f"art_hydra stopped by {signal_name} after step {saved} of {cfg.trainer.max_steps}"
+    return f"{head}{failed}{kept[0].upper()}{kept[1:]}" if failed else f"{head}; {kept}"
 
 
 def _in_log_files(message: str) -> str:

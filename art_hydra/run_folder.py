@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import fnmatch
-import hashlib
 import json
 import os
 import re
@@ -241,11 +240,8 @@ def checkpoint_folders(root: Path) -> list[Path]:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with os.fdopen(open_record(path, os.O_RDONLY), "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return safe_paths.sha256_of(handle)
 
 
 def write_manifest(folder: Path, step: int) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from art_hydra import run_folder, safe_json
+from art_hydra import run_folder, safe_json, safe_paths
 from art_hydra.config.problems import Kind, Problem, Severity, fix
 from art_hydra.config.run_files import IDENTITY
 from art_hydra.config.schema import ModelSource, TaskSource
@@ -48,11 +48,8 @@ def sha256_file(path: Path) -> str:
     info = path.stat()
     key = (str(path), info.st_size, info.st_mtime_ns)
     if key not in _sums:
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-        _sums[key] = digest.hexdigest()
+        with safe_paths.open_regular(path) as handle:  # never a FIFO swapped in meanwhile
+            _sums[key] = safe_paths.sha256_of(handle)
     return _sums[key]
 
 

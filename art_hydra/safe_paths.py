@@ -12,6 +12,7 @@ Plain ``os`` only: the pre-flight imports this.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from typing import BinaryIO
@@ -89,6 +90,15 @@ def file_refusal(path: str | os.PathLike) -> str | None:
         return f"cannot be read ({exc.strerror or exc})"
     kind = kind_of(info.st_mode)
     return None if kind is None else f"is {kind}, not a regular file"
+
+
+def sha256_of(handle: BinaryIO) -> str:
+    """The SHA-256 of what is left to read in ``handle``, streamed in 1 MiB chunks (a
+    data file or checkpoint is never held whole)."""
+    digest = hashlib.sha256()
+    while chunk := handle.read(1 << 20):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 def open_regular(path: str | os.PathLike) -> BinaryIO:

@@ -159,13 +159,6 @@ def _select(cfg: Any, key: str, default: Any = None) -> Any:
             return default
 
 
-def _raw(cfg: Any, key: str) -> Any:
-    node = _select(cfg, key)
-    if isinstance(node, DictConfig) or OmegaConf.is_list(node):
-        return OmegaConf.to_container(node, resolve=False)
-    return node
-
-
 def _view(cfg: Any, key: str) -> Any:
     """``key``'s value as Hydra will act on it: plain data with every interpolation that
     can be resolved now resolved (a handler written as ``${task.params.p}`` is checked as
@@ -233,7 +226,7 @@ def _run_config_problems(cfg: Any, hand: Hand) -> list[Problem]:
                 ),
             )
         )
-    modules = _raw(cfg, "task.allowed_modules") or []
+    modules = _view(cfg, "task.allowed_modules") or []
     hand_modules = hand.set("task.allowed_modules")
     if modules and not hand_modules:
         found.append(
@@ -368,7 +361,7 @@ def _hand_chosen_spots(
 
 def _launcher_problems(cfg: Any, hand: Hand) -> list[Problem]:
     found: list[Problem] = []
-    setup = _raw(cfg, "hydra.launcher.setup")
+    setup = _view(cfg, "hydra.launcher.setup")
     if setup and not hand.set("hydra.launcher.setup"):
         found.append(
             _refused(
