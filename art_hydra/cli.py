@@ -35,7 +35,7 @@ from art_hydra.config.problems import ConfigValidationError, format_report
 from art_hydra.config.store import register_configs
 from art_hydra.config.trust import Hand, by_hand, hand_of, outside_code_report, trust_problems
 from art_hydra.errors import Interrupted, full_error
-from hydra_plugins.art_hydra_preflight import register_sweeper
+from hydra_plugins.art_hydra_preflight import register_sweeper, wrap_launchers
 
 
 def report_and_exit(exc: CompactHydraException) -> None:
@@ -149,6 +149,7 @@ def _main() -> None:
     elif not passthrough:
         _refuse_an_unchecked_launch(str(primary))
     register_sweeper()  # after the check: Hydra's plugin scan imports every launcher
+    wrap_launchers()
     hydra_main()
 
 

@@ -80,17 +80,38 @@ def world_problems(
     key = OmegaConf.to_yaml(cfg) if trust_earlier_pass or remember_pass else ""
     found: list[Problem] = []
     if not (trust_earlier_pass and key in _passed):
-        found = [*task_problems(cfg), *model_problems(cfg), *backend_problems(cfg, devices_here)]
+        found = environment_problems(cfg, devices_here)
         if remember_pass and not any(p.is_error for p in found):
             _passed.add(key)
     if run_dir is not None:
-        try:
-            found += run_folder_problems(cfg, Path(run_dir))
-        except OSError as exc:  # a folder that cannot be looked into: named, no traceback
-            reason = f"cannot be checked: {exc.strerror or exc} ({exc.filename or run_dir})."
-            found.append(_world("hydra.run.dir", str(run_dir), reason, fix(note="another folder")))
+        found += folder_problems(cfg, run_dir)
+    return strictly(cfg, found)
+
+
+#: The sections :func:`environment_problems` reads: two configs that agree on these get
+#: the same verdict (a sweep's pre-flight checks each distinct combination once). A check
+#: that reads another section must add it here.
+ENVIRONMENT_SECTIONS = ("task", "model", "backend", "algorithm", "rl", "sft", "seed", "strict")
+
+
+def environment_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem]:
+    """The task's code and data, the model's files and the backend's devices."""
+    return [*task_problems(cfg), *model_problems(cfg), *backend_problems(cfg, devices_here)]
+
+
+def folder_problems(cfg: DictConfig, run_dir: str | Path) -> list[Problem]:
+    """The run folder's verdict; a folder that cannot be looked into is named, no traceback."""
+    try:
+        return run_folder_problems(cfg, Path(run_dir))
+    except OSError as exc:
+        reason = f"cannot be checked: {exc.strerror or exc} ({exc.filename or run_dir})."
+        return [_world("hydra.run.dir", str(run_dir), reason, fix(note="another folder"))]
+
+
+def strictly(cfg: DictConfig, found: list[Problem]) -> list[Problem]:
+    """Under ``strict=true`` every finding is an error."""
     if cfg.strict:
-        found = [Problem(p.key, p.value, p.reason, p.fix, p.kind) for p in found]
+        return [Problem(p.key, p.value, p.reason, p.fix, p.kind) for p in found]
     return found
 
 

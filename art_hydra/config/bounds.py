@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import math
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -207,15 +207,67 @@ def bound_problems(
             if isinstance(value, DictConfig) and _applies(root, f.metadata.get("when")):
                 yield from bound_problems(value, kind, f"{path}.", root)
             continue
-        bound: Bound | None = f.metadata.get("bound")
-        if bound is not None and not _applies(root, bound.when):
-            continue
-        default = _default(f)
-        if isinstance(value, float):
-            problem = _float_problem(path, value, bound, default)
+        problem = _field_problem(root, path, f, value)
+        if problem is not None:
+            yield problem
+
+
+def bound_problems_of(root: DictConfig, cls: type, keys: Iterable[str]) -> list[Problem]:
+    """What :func:`bound_problems` reports about ``keys`` alone, in its order: enough
+    after changing only those keys of a config that had no bound problem, unless one of
+    them decides whether a bound applies (see :func:`condition_keys`)."""
+    fields_of = _schema_leaves(cls)
+    found = []
+    for path in sorted((k for k in set(keys) if k in fields_of), key=list(fields_of).index):
+        sections, f = fields_of[path]
+        if all(_applies(root, when) for when in sections):
+            problem = _field_problem(root, path, f, OmegaConf.select(root, path))
             if problem is not None:
-                yield problem
-                continue
-        if bound is not None and value is not None and _violates(bound, value):
-            reason = describe(bound) + (f": {bound.why}" if bound.why else ".")
-            yield Problem(path, value, reason, _fix(path, default), Kind.bound, Severity.error)
+                found.append(problem)
+    return found
+
+
+@functools.cache
+def _schema_leaves(cls: type, prefix: str = "") -> dict[str, tuple[tuple, Any]]:
+    """``path -> (the when-conditions of its sections, its dataclass field)``, in schema
+    order."""
+    found: dict[str, tuple[tuple, Any]] = {}
+    for f in dataclasses.fields(cls):
+        kind = type_hints(cls)[f.name]
+        path = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(kind):
+            when = f.metadata.get("when")
+            for sub, (sections, g) in _schema_leaves(kind, f"{path}.").items():
+                found[sub] = (((when,) if when else ()) + sections, g)
+        else:
+            found[path] = ((), f)
+    return found
+
+
+@functools.cache
+def condition_keys(cls: type) -> frozenset[str]:
+    """Every key a section's or a bound's ``when`` reads."""
+    found: set[str] = set()
+    for f in dataclasses.fields(cls):
+        for when in (f.metadata.get("when"), getattr(f.metadata.get("bound"), "when", None)):
+            if when is not None:
+                found.add(when[0])
+        kind = type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(kind):
+            found |= condition_keys(kind)
+    return frozenset(found)
+
+
+def _field_problem(root: Any, path: str, f: Any, value: Any) -> Problem | None:
+    bound: Bound | None = f.metadata.get("bound")
+    if bound is not None and not _applies(root, bound.when):
+        return None
+    default = _default(f)
+    if isinstance(value, float):
+        problem = _float_problem(path, value, bound, default)
+        if problem is not None:
+            return problem
+    if bound is not None and value is not None and _violates(bound, value):
+        reason = describe(bound) + (f": {bound.why}" if bound.why else ".")
+        return Problem(path, value, reason, _fix(path, default), Kind.bound, Severity.error)
+    return None

@@ -31,7 +31,13 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from art_hydra.config import hydra_compat
-from art_hydra.config.bounds import bound_problems, schema_default, type_hints
+from art_hydra.config.bounds import (
+    bound_problems,
+    bound_problems_of,
+    condition_keys,
+    schema_default,
+    type_hints,
+)
 from art_hydra.config.problems import (
     NOTHING_STARTED,
     ConfigValidationError,
@@ -146,17 +152,34 @@ def compose_and_check(
 
 
 def _group_content(loader: ConfigLoader, cfg: DictConfig) -> Any:
-    """``group -> the content of the option cfg chose for it, from its file alone``."""
-    choices = OmegaConf.select(cfg, "hydra.runtime.choices", default=None) or {}
+    """``group -> the content of the option cfg chose for it, from its file alone``; its
+    ``installed(group)`` says whether that option comes with an installed package (a
+    plugin's own config) rather than from a folder of config files."""
+    return _GroupFiles(
+        loader, dict(OmegaConf.select(cfg, "hydra.runtime.choices", default=None) or {})
+    )
 
-    def content(group: str) -> Any:
+
+class _GroupFiles:
+    def __init__(self, loader: ConfigLoader, choices: dict[str, Any]) -> None:
+        self.loader, self.choices = loader, choices
+
+    def _load(self, group: str) -> Any:
         try:
-            found = loader.repository.load_config(f"{group}/{choices[group]}")  # type: ignore[attr-defined]
+            return self.loader.repository.load_config(f"{group}/{self.choices[group]}")  # type: ignore[attr-defined]
+        except Exception:
+            return None
+
+    def __call__(self, group: str) -> Any:
+        found = self._load(group)
+        try:
             return OmegaConf.to_container(found.config, resolve=False) if found else None
         except Exception:
             return None
 
-    return content
+    def installed(self, group: str) -> bool:
+        found = self._load(group)
+        return found is not None and str(found.path).startswith(("structured://", "pkg://"))
 
 
 def check(cfg: Any, *, in_place: bool = False) -> tuple[DictConfig, list[Problem]]:
@@ -170,18 +193,34 @@ def check(cfg: Any, *, in_place: bool = False) -> tuple[DictConfig, list[Problem
     """
     typed, problems = fit(cfg, in_place=in_place)
     _reset(typed, {p.key for p in problems})
-    if typed.distributed.world_size is None:  # null means: as many as the launcher started
-        typed.distributed.world_size = launched_world_size() or 1
-    bounds = list(bound_problems(typed, RunConfig))
+    bounds = settle(typed)
     _reset(typed, {p.key for p in bounds})
     problems += bounds
+    return typed, rule_problems(typed, problems)
+
+
+def settle(typed: DictConfig, changed: Sequence[str] | None = None) -> list[Problem]:
+    """Decide what the schema leaves to the launch (a null world size: as many ranks as
+    were started) and report each field outside its bound: every field, or only the
+    ``changed`` ones of a config whose other fields passed (unless one of them decides
+    where a bound applies)."""
+    if typed.distributed.world_size is None:  # null means: as many as the launcher started
+        typed.distributed.world_size = launched_world_size() or 1
+    if changed is None or condition_keys(RunConfig) & set(changed):
+        return list(bound_problems(typed, RunConfig))
+    return bound_problems_of(typed, RunConfig, [*changed, "distributed.world_size"])
+
+
+def rule_problems(typed: DictConfig, problems: list[Problem]) -> list[Problem]:
+    """``problems`` plus every validator's findings on keys without one yet, all errors
+    under ``strict=true``."""
     flawed = {p.key for p in problems}
-    problems += [p for p in run_validators(typed) if p.key not in flawed]
+    problems = problems + [p for p in run_validators(typed) if p.key not in flawed]
     if typed.strict:
         problems = [
             Problem(p.key, p.value, p.reason, p.fix, p.kind, Severity.error) for p in problems
         ]
-    return typed, problems
+    return problems
 
 
 def _reset(typed: DictConfig, keys: set[str]) -> None:

@@ -304,7 +304,7 @@ def _hydra_problems(cfg: Any, hand: Hand, chosen: GroupContent | None) -> list[P
                         ),
                     )
                 )
-    found += _launcher_problems(cfg, hand)
+    found += _launcher_problems(cfg, hand, chosen)
     env = _view(cfg, "hydra.job.env_set") or {}
     for name, value in env.items() if isinstance(env, dict) else []:
         key = f"hydra.job.env_set.{name}"
@@ -328,7 +328,11 @@ def _output_subdir_problems(cfg: Any, hand: Hand) -> list[Problem]:
     the run folder, and only the command line may move it from art_hydra's pending
     record (which is renamed to ``.hydra`` only under the folder's lock)."""
     hydra = _select(cfg, "hydra")
-    raw = OmegaConf.to_container(hydra, resolve=False).get("output_subdir") if hydra else None
+    raw = (
+        hydra_compat.raw_value(hydra, "output_subdir")
+        if isinstance(hydra, DictConfig) and "output_subdir" in hydra
+        else None
+    )
     if raw is None or raw == JOB_RECORD:
         return []
     key = "hydra.output_subdir"
@@ -359,7 +363,7 @@ def _hand_chosen_spots(
     return {(w, v) for w, v, _ in [*logging_code(content), *logging_files(content)]}
 
 
-def _launcher_problems(cfg: Any, hand: Hand) -> list[Problem]:
+def _launcher_problems(cfg: Any, hand: Hand, chosen: GroupContent | None = None) -> list[Problem]:
     found: list[Problem] = []
     setup = _view(cfg, "hydra.launcher.setup")
     if setup and not hand.set("hydra.launcher.setup"):
@@ -387,9 +391,12 @@ def _launcher_problems(cfg: Any, hand: Hand) -> list[Problem]:
             )
     for plugin in ("launcher", "sweeper"):
         node = _view(cfg, f"hydra.{plugin}")
+        # The plugin's own config, chosen by hand (hydra/sweeper=optuna), is the user's
+        # choice as a whole: its sampler's _target_ is the plugin's, not a config file's.
+        trusted = _plugin_targets(plugin, hand, chosen)
         for where, target in _nested_targets(node if isinstance(node, dict) else {}):
             key = f"hydra.{plugin}.{where}"
-            if not hand.set(key):
+            if (where, target) not in trusted and not hand.set(key):
                 found.append(
                     _refused(
                         key,
@@ -404,6 +411,25 @@ def _launcher_problems(cfg: Any, hand: Hand) -> list[Problem]:
                     )
                 )
     return found
+
+
+def _plugin_targets(plugin: str, hand: Hand, chosen: GroupContent | None) -> set[tuple[str, str]]:
+    """The ``_target_`` spots of a launcher or sweeper the user chose by hand
+    (``hydra/sweeper=optuna``): its config file's own, and those of the options its
+    sub-groups take from the installed plugin (Optuna's ``sampler: tpe``)."""
+    group = f"hydra/{plugin}"
+    if chosen is None or not hand.chose(group):
+        return set()
+    own = chosen(group)
+    trusted = set(_nested_targets(own)) if isinstance(own, dict) else set()
+    installed = getattr(chosen, "installed", None)
+    for sub in getattr(chosen, "choices", {}):
+        if not sub.startswith(f"{group}/") or installed is None or not installed(sub):
+            continue
+        content = chosen(sub)
+        if isinstance(content, dict):
+            trusted |= set(_nested_targets({sub.removeprefix(f"{group}/"): content}))
+    return trusted
 
 
 def _nested_targets(node: Any, where: str = "") -> Iterator[tuple[str, str]]:

@@ -23,11 +23,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import CompactHydraException
 from omegaconf import OmegaConf
 
-from art_hydra.config.composition import announce_warnings, compose_and_check
+from art_hydra.config.composition import announce_warnings
 from art_hydra.config.hydra_compat import basic_sweeper
-from art_hydra.config.problems import Problem, errors, format_report, warnings_of
-from art_hydra.config.trust import hand_of
+from art_hydra.config.problems import Problem, errors, warnings_of
 from art_hydra.errors import full_error
+from hydra_plugins.art_hydra_preflight.preflight_launcher import ranks_per_job, sweep_hand
 
 log = logging.getLogger(__name__)
 
@@ -64,27 +64,28 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
         return [list(p) for p in self.split_arguments(overrides, None)[0]]
 
     def preflight(self, points: list[list[str]]) -> list[list[Problem]]:
-        """Each point's problems, composed and checked as job number ``i`` will see it."""
+        """Each point's problems, composed and checked as job number ``i`` will see it
+        (:class:`~art_hydra.sweep_preflight.PointChecker`: once per group selection)."""
         from art_hydra.config.validators import planned_launch
-        from art_hydra.preflight import add_world_problems
+        from art_hydra.sweep_preflight import PointChecker
 
         assert self.hydra_context is not None and self.config is not None
-        loader = self.hydra_context.config_loader
-        found = []
         launcher = self.config.hydra.launcher
         # A SLURM job runs on the cluster's nodes: their GPUs are checked by the job.
         here = not str(OmegaConf.select(launcher, "_target_", default="")).endswith("SlurmLauncher")
-        # Only the command line is the user's hand, not hydra.sweeper.params from a file.
-        given = OmegaConf.to_container(self.config.hydra.overrides, resolve=False)
-        choices = set(self.config.hydra.runtime.choices)
-        hand = hand_of([*given["hydra"], *given["task"]], lambda name: name in choices)
+        checker = PointChecker(
+            self.hydra_context.config_loader,
+            self.config,
+            sweep_hand(self.config),
+            devices_here=here,
+        )
+        found: list[list[Problem]] = []
+        progress = _Progress(len(points))
         with planned_launch(ranks_per_job(launcher)):
             for index, point in enumerate(points):
-                result = compose_and_check(
-                    loader, None, point, master=self.config, job_num=index, hand=hand
-                )
-                add_world_problems(result, devices_here=here)
-                found.append(result.problems)
+                found.append(checker.problems(point, index))
+                progress.step(sum(1 for p in found if errors(p)))
+        progress.done()
         return found
 
     def sweep(self, arguments: list[str]) -> Any:
@@ -126,25 +127,43 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        returns = self._launch(valid, points)
+        self._report_failures(points)
+        return returns
+
+    def _launch(self, valid: list[int], points: list[list[str]]) -> list[Any]:
+        """Launch the checked points in batches of at most ``max_batch_size``, each job under
+        its point's number; every job runs, whatever another one did."""
+        launch_checked = getattr(self.launcher, "launch_checked", None)
         returns = []
         for start, batch in self._batches(valid, points):
             try:
-                results = self.launcher.launch(batch, initial_job_idx=start)
+                if launch_checked is not None:
+                    done = launch_checked([(start + k, p) for k, p in enumerate(batch)])
+                    results = [done[start + k] for k in range(len(batch))]
+                else:
+                    results = self.launcher.launch(batch, initial_job_idx=start)
             except Exception as exc:
                 # A job launched elsewhere (submitit) comes back as a trace in a string.
                 remote = type(exc).__name__ in ("FailedJobError", "UncompletedJobError")
                 if not remote or full_error():
                     raise
                 _fail(f"A job of the sweep stopped:\n{remote_failure(str(exc))}")
-            for r in results:
-                try:
-                    _ = r.return_value  # re-raises a failed job's exception, as Hydra's does
-                except CompactHydraException as exc:
-                    if full_error():
-                        raise
-                    _fail(f"A job of the sweep stopped:\n{exc}")
             returns.append(results)
         return returns
+
+    def _report_failures(self, points: list[list[str]]) -> None:
+        """Name every job that did not finish, with its reason; exit 1 if any failed."""
+        outcomes = getattr(self.launcher, "outcomes", {})
+        failed = {n: why for n, why in outcomes.items() if not why.startswith("refused")}
+        if not failed:
+            return
+        lines = [f"{len(failed)} job(s) of the sweep did not finish:"]
+        lines += [
+            f"  #{n} ({' '.join(points[n]) if n < len(points) else ''}): {why}"
+            for n, why in sorted(failed.items())
+        ]
+        _fail("\n".join(lines))
 
     def _batches(self, valid: list[int], points: list[list[str]]) -> list[tuple[int, list[Any]]]:
         """Runs of consecutive point numbers, at most ``max_batch_size`` long: a launcher
@@ -161,15 +180,33 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
         return batches
 
 
-def ranks_per_job(launcher: Any) -> int | None:
-    """Processes a launcher starts for each job: nodes x tasks_per_node for submitit's
-    launchers (each task one rank), None for launchers that run a job as one process."""
-    target = str(OmegaConf.select(launcher, "_target_", default="") or "")
-    if "hydra_submitit_launcher" not in target:
-        return None
-    nodes = OmegaConf.select(launcher, "nodes", default=1) or 1
-    tasks = OmegaConf.select(launcher, "tasks_per_node", default=1) or 1
-    return int(nodes) * int(tasks)
+class _Progress:
+    """A progress line on stderr for a long pre-flight (every ~2 s after the first 2 s)."""
+
+    def __init__(self, total: int) -> None:
+        import time
+
+        self.total, self.count, self.clock = total, 0, time.monotonic
+        self.start = self.last = self.clock()
+        self.shown = False
+
+    def step(self, invalid: int) -> None:
+        self.count += 1
+        now = self.clock()
+        if now - self.last >= 2.0 and now - self.start >= 2.0:
+            self.last, self.shown = now, True
+            sys.stderr.write(
+                f"pre-flight: {self.count} of {self.total} sweep point(s) checked, "
+                f"{invalid} cannot run ({now - self.start:.0f} s)\n"
+            )
+            sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.shown:
+            sys.stderr.write(
+                f"pre-flight: all {self.total} point(s) checked in "
+                f"{self.clock() - self.start:.1f} s\n"
+            )
 
 
 def remote_failure(text: str) -> str:
@@ -203,9 +240,30 @@ def remote_failure(text: str) -> str:
     return f"{last}{where}"
 
 
-def _sweep_report(invalid: list[tuple[int, list[str], list[Problem]]], total: int) -> str:
-    parts = [f"Pre-flight: {len(invalid)} of {total} sweep point(s) cannot run."]
-    for index, point, problems in invalid:
-        header = f"Point #{index}: {' '.join(point) or '(no overrides)'}"
-        parts.append(format_report(errors(problems), header=header, footer=None))
+#: Points listed by number and overrides in a pre-flight report (the rest are counted).
+LISTED_POINTS = 20
+
+
+def _sweep_report(
+    invalid: list[tuple[int, list[str], list[Problem]]], total: int, noun: str = "sweep point"
+) -> str:
+    """The invalid points, then each distinct problem once, with the points it stops."""
+    head = "Point" if noun == "sweep point" else noun.split()[0].capitalize()
+    parts = [f"Pre-flight: {len(invalid)} of {total} {noun}(s) cannot run."]
+    parts += [
+        f"{head} #{index}: {' '.join(point) or '(no overrides)'}"
+        for index, point, _ in invalid[:LISTED_POINTS]
+    ]
+    if len(invalid) > LISTED_POINTS:
+        parts.append(f"... and {len(invalid) - LISTED_POINTS} more, numbered below.")
+    groups: dict[tuple[str, str, str], tuple[Problem, list[int]]] = {}
+    for index, _, problems in invalid:
+        for problem in errors(problems):
+            key = (problem.key, problem.reason, str(problem.fix))
+            groups.setdefault(key, (problem, []))[1].append(index)
+    parts.append(f"{len(groups)} distinct problem(s), each with the {noun}s it stops:")
+    for number, (problem, indices) in enumerate(groups.values(), 1):
+        where = ", ".join(f"#{i}" for i in indices[:50])
+        more = f" and {len(indices) - 50} more" if len(indices) > 50 else ""
+        parts.append(f"{problem.render(number)}\n     in {len(indices)} {noun}(s): {where}{more}")
     return "\n".join(parts)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import pytest
@@ -40,12 +42,9 @@ def test_preflight_rejects_and_launches_nothing(cli, tmp_path: Path) -> None:
         assert f"Point #{index}: {point}" in out
     assert "Point #2:" not in out  # sft ignores rl.num_generations
     accumulation, generations = "trainer.gradient_accumulation_steps", "rl.num_generations"
-    assert [(k, v) for k, v, _ in report_entries(out)] == [
-        (generations, "1"),  # point 1
-        (accumulation, "2"),  # point 4
-        (generations, "1"),  # point 5, with
-        (accumulation, "2"),
-    ]
+    # Each distinct problem once, with the points it stops.
+    assert [(k, v) for k, v, _ in report_entries(out)] == [(generations, "1"), (accumulation, "2")]
+    assert "in 2 sweep point(s): #1, #5" in out and "in 2 sweep point(s): #4, #5" in out
     assert "No job was launched" in out and "hydra.sweeper.skip_invalid=true" in out
     assert "Traceback" not in out
     assert not (tmp_path / "outputs").exists()
@@ -138,13 +137,20 @@ def test_joblib_preflight_rejects_before_workers_start(cli, tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_each_job_revalidates_when_preflight_is_bypassed(cli, tmp_path: Path) -> None:
-    # Hydra's own basic sweeper has no pre-flight (like Optuna, which makes points as it
-    # goes): the job itself must refuse the config.
+def test_a_sweeper_without_a_preflight_gets_its_points_checked_by_the_launcher(
+    cli, tmp_path: Path
+) -> None:
+    # Hydra's own basic sweeper checks nothing (like Optuna, which makes points as it
+    # goes): the launcher refuses the invalid point before its job starts, records why in
+    # its folder, and runs the valid one.
     proc = cli("-m", "hydra/sweeper=basic", "trainer.gradient_accumulation_steps=1,2", *ONE_STEP)
     out = output_of(proc)
-    assert proc.returncode == 1
-    assert "Error executing job with overrides: ['trainer.gradient_accumulation_steps=2'," in out
-    assert "RL cannot accumulate gradients" in out
-    assert "The run stopped before loading a model" in out
+    assert proc.returncode == 0, out
+    assert "Point #1 was not launched: trainer.gradient_accumulation_steps=2" in out
+    (sweep,) = (tmp_path / "outputs" / "multirun").glob("*/*")
+    record = json.loads((sweep / "1" / "result.json").read_text())
+    assert record["status"] == "refused"
+    assert "trainer.gradient_accumulation_steps" in record["reason"]
+    assert not (sweep / "1" / ".hydra").exists()  # never launched
+    assert (sweep / "0" / "metrics.jsonl").exists()
     assert "Traceback" not in out

@@ -1,0 +1,96 @@
+"""The sweep pre-flight's fast way gives each point the verdict full composition gives.
+
+:class:`~art_hydra.sweep_preflight.PointChecker` composes once per group selection and
+checks a point by setting its values on the shared base; the tests draw random grids
+(plain values, bad values, group choices, ``+``/``~`` overrides, ``${hydra:...}`` and
+other interpolations, values a config file may not choose) and compare every point's
+problems, field by field, with those of full composition as the job would compose it.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hydra.types import RunMode
+
+from art_hydra.config.composition import make_loader
+from art_hydra.sweep_preflight import PointChecker
+from hydra_plugins.art_hydra_preflight.preflight_launcher import sweep_hand
+
+VALUES = [
+    "trainer.learning_rate=1e-4",
+    "trainer.learning_rate=3e-4",
+    "trainer.learning_rate=abc",
+    "trainer.learning_rate=1e-50",
+    "rl.num_generations=1",
+    "rl.num_generations=3",
+    "rl.num_generations=4",
+    "trainer.gradient_accumulation_steps=2",
+    "seed=5",
+    "rl.top_p=0.001",
+    "rl.temperature=0.5",
+    "rl.loss_type=cispo",
+    "rl.loss_type=CISPO",
+    "model.max_seq_length=16",
+    "distributed.world_size=null",
+    "checkpoint.dir=${hydra:job.num}",
+    "checkpoint.dir=ck_${seed}",
+    "checkpoint.dir=../out",
+    "logging.every_steps=3",
+    "strict=true",
+    "+trainer.x=1",
+    "~seed",
+    "task.reward._target_=os.system",
+    "trainer.max_steps=0",
+]
+GROUPS = ["algorithm=sft", "task=digit_sum", "model=qwen2_5_0_5b_instruct", "backend=unsloth"]
+
+
+def _master(sweep_dir: str, extra: list[str]) -> object:
+    loader = make_loader()
+    return loader, loader.load_configuration(
+        "config", [f"hydra.sweep.dir={sweep_dir}", *extra], run_mode=RunMode.MULTIRUN
+    )
+
+
+def _fields(problems: list) -> list[tuple]:
+    return [(p.key, str(p.value), p.reason, str(p.fix), p.kind, p.severity) for p in problems]
+
+
+@pytest.mark.parametrize(
+    ("seed", "master_extra"),
+    [(1, []), (2, ["hydra.sweep.subdir=${hydra.job.override_dirname}"]), (3, ["strict=true"])],
+)
+def test_random_points_get_the_verdict_of_full_composition(
+    tmp_path, seed: int, master_extra: list[str]
+) -> None:
+    rng = random.Random(seed)
+    loader, master = _master(str(tmp_path / "sweep"), master_extra)
+    hand = sweep_hand(master)
+    fast, full = PointChecker(loader, master, hand), PointChecker(loader, master, hand)
+    points = [
+        rng.sample(VALUES, rng.randint(0, 3)) + rng.sample(GROUPS, rng.randint(0, 1))
+        for _ in range(60)
+    ]
+    for number, point in enumerate(points):
+        rng.shuffle(point)
+        expected = full.full(point, number)
+        assert _fields(fast.problems(point, number)) == _fields(expected.problems), point
+        assert fast.run_dirs[number] == expected.run_dir, point
+    assert fast.fast >= 10  # the plain ones went the fast way
+
+
+def test_a_grid_of_values_goes_the_fast_way_with_one_composition_per_group(tmp_path) -> None:
+    loader, master = _master(str(tmp_path / "sweep"), [])
+    checker = PointChecker(loader, master, sweep_hand(master))
+    points = [
+        [f"trainer.learning_rate={lr}", f"seed={s}", group]
+        for lr in (1e-4, 3e-4)
+        for s in range(5)
+        for group in ("algorithm=rl", "algorithm=sft")
+    ]
+    verdicts = [checker.problems(p, i) for i, p in enumerate(points)]
+    assert checker.fast == len(points)
+    assert len(checker._bases) == 2  # one composition per distinct group choice
+    assert not any(p.is_error for problems in verdicts for p in problems)
