@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 from conftest import output_of, report_entries, run_cli, start_cli
+from omegaconf import OmegaConf
 
+from art_hydra.preflight import sweep_folder_problems
 from art_hydra.run_folder import checkpoint_folders
 
 pytestmark = pytest.mark.slow
@@ -91,6 +93,18 @@ def test_ctrl_c_in_a_sweep_prints_the_command_that_continues_it(tmp_path: Path) 
     again = run_cli(*command[1:], cwd=tmp_path, timeout=600)
     assert again.returncode == 0, output_of(again)
     assert output_of(again).count("already finished") == 3
+
+    # The sweeper's check of the folder, on the multirun.yaml a real sweep wrote: the
+    # same sweep continues (resume and the folder aside); another one is refused.
+    saved = OmegaConf.load(sweep / "multirun.yaml")
+    assert sweep_folder_problems(sweep, saved) == []
+    saved.resume = "false"
+    (again_fresh,) = sweep_folder_problems(sweep, saved)
+    assert again_fresh.fix.overrides() == ["resume=auto"]
+    saved.hydra.overrides.task = [*QUICK, f"trainer.max_steps={steps}", "rl.temperature=0.5,2"]
+    saved.resume = "auto"
+    (other,) = sweep_folder_problems(sweep, saved)
+    assert other.key == "hydra.sweep.dir" and "another sweep" in other.reason
 
     # Without resume=auto the sweep is refused before any job starts, each point naming
     # the sweep's folder (a sweep ignores hydra.run.dir) and resume=auto as the fixes.
