@@ -50,16 +50,13 @@ from art_hydra.config.run_files import (
     PENDING_PREFIX,
     PLOTS,
     RANKS,
+    RESULT,
     RESUMES,
     RUN_CONFIG,
     SWEEP_FILES,
     TENSORBOARD,
 )
 from art_hydra.config.store import job_record_name
-
-#: The run's result record (status done / failed / interrupted, its final metrics),
-#: written when the run ends; resume=auto reads its status.
-RESULT = "result.json"
 
 #: A checkpoint folder's name: ``step-<n>`` (n >= 0, at least 6 digits).
 _STEP = re.compile(rf"^{re.escape(CHECKPOINT_PREFIX)}(\d+)$")
@@ -607,8 +604,9 @@ def auto_verdict(run_dir: Path, checkpoint_dir: str, max_steps: int) -> tuple[st
 
 
 #: A run's own records that a restart under resume=auto replaces (a run that ended
-#: before its first checkpoint: nothing in them can be resumed).
-UNSAVED_RECORDS = (RUN_CONFIG, IDENTITY, METRICS, COMPLETIONS, TENSORBOARD, RESUMES, RESULT)
+#: before its first checkpoint: nothing in them can be resumed). Its result record is
+#: not among them: the new run rewrites it (and has, by the time this runs).
+UNSAVED_RECORDS = (RUN_CONFIG, IDENTITY, METRICS, COMPLETIONS, TENSORBOARD, RESUMES)
 
 
 def clear_unsaved_run(run_dir: Path) -> list[str]:
