@@ -164,6 +164,7 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
         adopt_hydra_record,
         detach_logs,
         discard_hydra_record,
+        folder_key,
     )
 
     prepare(cfg.backend)  # Unsloth must come before transformers (and torch's imports)
@@ -179,7 +180,7 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
         detach_logs(run_dir)
         raise ResumeError(
             f"the run folder {run_dir} is in use by {exc}; one run per folder. Wait for it, "
-            "or choose another folder (hydra.run.dir=...)"
+            f"or choose another folder ({folder_key()}=...)"
         ) from None
     distributed.write_status(world, "running")
     try:

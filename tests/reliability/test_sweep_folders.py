@@ -114,3 +114,26 @@ def test_ctrl_c_in_a_sweep_prints_the_command_that_continues_it(tmp_path: Path) 
     assert len(fixes) == 3 and all(f.startswith("resume=auto") for f in fixes), fixes
     assert all("hydra.sweep.dir=<a new folder>" in f for f in fixes)
     assert "hydra.run.dir" not in output_of(fresh)
+
+
+def test_auto_starts_afresh_where_a_run_died_before_its_first_checkpoint(tmp_path: Path) -> None:
+    """A run killed before its first checkpoint left records and nothing to resume:
+    resume=false and resume=true are refused there, resume=auto replaces those records
+    with a fresh run's (the metrics are the new run's alone, not appended)."""
+    run = tmp_path / "run"
+    args = [*QUICK, "trainer.max_steps=2", f"hydra.run.dir={run}"]
+    first = run_cli(*args, cwd=tmp_path)
+    assert first.returncode == 0, output_of(first)
+    for folder in checkpoint_folders(run / "checkpoints"):  # as if killed before saving
+        for path in sorted(folder.rglob("*"), reverse=True):
+            path.rmdir() if path.is_dir() else path.unlink()
+        folder.rmdir()
+    (run / "checkpoints").rmdir()
+    assert _lines(run / "metrics.jsonl") == 2
+    assert run_cli(*args, cwd=tmp_path).returncode == 1
+    assert run_cli(*args, "resume=true", cwd=tmp_path).returncode == 1
+    again = run_cli(*args, "resume=auto", cwd=tmp_path)
+    assert again.returncode == 0, output_of(again)
+    assert _lines(run / "metrics.jsonl") == 2  # the new run's two steps, nothing appended
+    assert not (run / "resumes.jsonl").exists()
+    assert checkpoint_folders(run / "checkpoints")[-1].name == "step-000002"
