@@ -8,7 +8,9 @@ line with what the algorithm and reward need; the tiny model's character tokeniz
 says whether prompts and answers fit their budgets; a local model folder holds a model
 with safetensors weights; Unsloth is installed when chosen; a GPU asked for is there;
 and the run folder is in the state the run expects (fresh, or resumable with the same
-config).
+config; under ``resume=auto`` either, or finished). A sweep's folder is checked once
+before its first job (:func:`sweep_folder_problems`), and a sweep job's fixes name
+``hydra.sweep.dir``, the key that chooses its folder.
 """
 
 from __future__ import annotations

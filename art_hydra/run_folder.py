@@ -10,7 +10,9 @@ holder's pid and host). Each checkpoint carries a manifest of its files' SHA-256
 only a checkpoint whose manifest verifies (every listed file there with its sum, and no
 file it does not list) is resumed from, and checkpoints are ordered by step number, not
 by name. Everything here is plain files, no torch, so the CLI can check a folder before
-Hydra creates it.
+Hydra creates it. ``resume=auto`` reads the folder's state (:func:`auto_verdict`): a
+checkpoint short of ``trainer.max_steps`` is continued, a finished run skipped, an empty
+folder (or one whose run died before its first checkpoint) started afresh.
 
 A run writes inside its own folder only: the files it appends to or truncates are
 opened without following a symbolic link (``O_NOFOLLOW``) and must be regular files,
