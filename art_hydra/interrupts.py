@@ -22,10 +22,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shlex
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 #: Signals that ask a run to stop, and their names in messages.
 STOP_SIGNALS = {signal.SIGINT: "SIGINT (Ctrl-C)", signal.SIGTERM: "SIGTERM"}
@@ -151,3 +153,34 @@ def stop_on_signals() -> Iterator[StopRequest]:
         if not request.requested:  # after a stop request, a second signal still exits
             for s, handler in previous.items():
                 signal.signal(s, handler)
+
+
+def continue_sweep_command() -> str | None:
+    """Inside a sweep's job, the command that continues the whole sweep: the sweep's own
+    command-line overrides (from its ``multirun.yaml``, which the sweeper writes before
+    the first job starts; a job's own overrides hold only its point) with ``resume=auto``
+    and the sweep's folder, shell-quoted. None outside a sweep, or without that file."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    from art_hydra.config.run_files import SWEEP_FILES
+    from art_hydra.run_folder import read_record
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    sweep_dir = Path(str(HydraConfig.get().sweep.dir)).resolve()
+    try:
+        master = OmegaConf.create(read_record(sweep_dir / SWEEP_FILES[0]) or "")
+        given = OmegaConf.to_container(master.hydra.overrides, resolve=False)
+    except Exception:  # a stop message must never fail for want of this line
+        return None
+    assert isinstance(given, dict)
+    dropped = ("resume", "hydra.sweep.dir", "hydra.mode")
+    kept = [
+        str(o)
+        for o in [*(given.get("task") or []), *(given.get("hydra") or [])]
+        if str(o).lstrip("+~").partition("=")[0] not in dropped
+    ]
+    parts = ["art-hydra", "-m", *kept, "resume=auto", f"hydra.sweep.dir={sweep_dir}"]
+    return " ".join(shlex.quote(p) for p in parts)

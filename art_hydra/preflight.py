@@ -8,7 +8,9 @@ line with what the algorithm and reward need; the tiny model's character tokeniz
 says whether prompts and answers fit their budgets; a local model folder holds a model
 with safetensors weights; Unsloth is installed when chosen; a GPU asked for is there;
 and the run folder is in the state the run expects (fresh, or resumable with the same
-config).
+config; under ``resume=auto`` either, or finished). A sweep's folder is checked once
+before its first job (:func:`sweep_folder_problems`), and a sweep job's fixes name
+``hydra.sweep.dir``, the key that chooses its folder.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from art_hydra import run_folder, run_identity, safe_json
@@ -68,6 +71,7 @@ def world_problems(
     trust_earlier_pass: bool = False,
     remember_pass: bool = False,
     devices_here: bool = True,
+    sweep: bool | None = None,
 ) -> list[Problem]:
     """Everything the files and the environment say about ``cfg`` (a resolved config).
 
@@ -75,7 +79,9 @@ def world_problems(
     config that passed them earlier in this process with ``remember_pass`` (the CLI's
     check, just before Hydra starts the job); the run folder is checked every time.
     ``devices_here=False`` leaves GPUs to the job, for a launcher that runs it on other
-    machines (a SLURM sweep is often sent from a login node without one).
+    machines (a SLURM sweep is often sent from a login node without one). ``sweep``:
+    whether ``cfg`` is a sweep job's (its folder fixes then name ``hydra.sweep.dir``;
+    None: as Hydra says in a job, else no).
     """
     key = OmegaConf.to_yaml(cfg) if trust_earlier_pass or remember_pass else ""
     found: list[Problem] = []
@@ -84,7 +90,7 @@ def world_problems(
         if remember_pass and not any(p.is_error for p in found):
             _passed.add(key)
     if run_dir is not None:
-        found += folder_problems(cfg, run_dir)
+        found += folder_problems(cfg, run_dir, sweep)
     return strictly(cfg, found)
 
 
@@ -99,13 +105,18 @@ def environment_problems(cfg: DictConfig, devices_here: bool = True) -> list[Pro
     return [*task_problems(cfg), *model_problems(cfg), *backend_problems(cfg, devices_here)]
 
 
-def folder_problems(cfg: DictConfig, run_dir: str | Path) -> list[Problem]:
-    """The run folder's verdict; a folder that cannot be looked into is named, no traceback."""
+def folder_problems(
+    cfg: DictConfig, run_dir: str | Path, sweep: bool | None = None
+) -> list[Problem]:
+    """The run folder's verdict; a folder that cannot be looked into is named, no traceback.
+    A sweep's job folders are chosen by ``hydra.sweep.dir`` (``hydra.run.dir`` is ignored)."""
     try:
-        return run_folder_problems(cfg, Path(run_dir))
+        folder = run_folder_problems(cfg, Path(run_dir))
     except OSError as exc:
         reason = f"cannot be checked: {exc.strerror or exc} ({exc.filename or run_dir})."
-        return [_world("hydra.run.dir", str(run_dir), reason, fix(note="another folder"))]
+        folder = [_world("hydra.run.dir", str(run_dir), reason, fix(note="another folder"))]
+    sweep = run_folder.in_sweep() if sweep is None else sweep
+    return [for_sweep(p) for p in folder] if sweep else folder
 
 
 def strictly(cfg: DictConfig, found: list[Problem]) -> list[Problem]:
@@ -123,9 +134,14 @@ def add_world_problems(
     if result.resolved is None:
         return
     failed = {p.key for p in result.problems if p.is_error}
+    sweep = result.hydra is not None and result.hydra.get("mode") == RunMode.MULTIRUN
     with by_hand(result.hand):
         world = world_problems(
-            result.resolved, result.run_dir, remember_pass=remember_pass, devices_here=devices_here
+            result.resolved,
+            result.run_dir,
+            remember_pass=remember_pass,
+            devices_here=devices_here,
+            sweep=sweep or None,
         )
     result.problems += [p for p in world if p.key not in failed]
 
@@ -634,8 +650,46 @@ def _resume_fix(key: str, old: Any) -> Any:
     return fix({key: old}) if old is not None else fix(note=f"remove {key}")
 
 
-#: How a run folder is chosen, for a fix that names a fresh one.
-_NEW_FOLDER = "hydra.run.dir=<a new folder> (a sweep: hydra.sweep.dir=<a new folder>)"
+#: How a run folder is chosen, for a fix that names a fresh one (a sweep job's fixes
+#: are rewritten to name hydra.sweep.dir: see :func:`for_sweep`).
+_NEW_FOLDER = "hydra.run.dir=<a new folder>"
+
+
+def for_sweep(problem: Problem) -> Problem:
+    """The problem as a sweep job's: its folder is ``hydra.sweep.dir`` (plus the job's
+    ``hydra.sweep.subdir``), and a fix naming ``hydra.run.dir``, which a sweep ignores,
+    names ``hydra.sweep.dir`` instead; continuing names ``resume=auto``, which carries
+    on the whole sweep."""
+    key = "hydra.sweep.dir" if problem.key == "hydra.run.dir" else problem.key
+    return Problem(
+        key,
+        problem.value,
+        problem.reason,
+        _sweep_fix(problem.fix),
+        problem.kind,
+        problem.severity,
+    )
+
+
+_SWEEP_WORDS = (
+    ("hydra.run.dir=<the folder of the run to resume>", "hydra.sweep.dir=<the sweep's folder>"),
+    ("hydra.run.dir=", "hydra.sweep.dir="),
+    ("hydra.run.dir", "hydra.sweep.dir"),
+)
+
+
+def _sweep_fix(remedy: Any) -> Any:
+    if isinstance(remedy, str):
+        for old, new in _SWEEP_WORDS:
+            remedy = remedy.replace(old, new)
+        return remedy
+    if remedy is None:
+        return None
+    sets = tuple(
+        ("hydra.sweep.dir" if k == "hydra.run.dir" else k, "auto" if k == "resume" and v else v)
+        for k, v in remedy.sets
+    )
+    return type(remedy)(sets, _sweep_fix(remedy.note), _sweep_fix(remedy.alt))
 
 
 def busy_folder_problems(run_dir: Path) -> list[Problem]:
@@ -646,7 +700,7 @@ def busy_folder_problems(run_dir: Path) -> list[Problem]:
     holder = run_folder.lock_holder(run_dir) if run_dir.is_dir() else None
     if holder is None:
         return []
-    return [
+    found = [
         _world(
             "hydra.run.dir",
             str(run_dir),
@@ -656,6 +710,7 @@ def busy_folder_problems(run_dir: Path) -> list[Problem]:
             fix(note="wait for that run to end, or hydra.run.dir=<a new folder>"),
         )
     ]
+    return [for_sweep(p) for p in found] if run_folder.in_sweep() else found
 
 
 def _not_a_run_folder(cfg: DictConfig, run_dir: Path) -> str | None:
@@ -704,6 +759,9 @@ def _foreign_hydra_record(run_dir: Path) -> bool:
 
 
 def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
+    """Whether ``run_dir`` is in the state ``cfg.resume`` expects: free, a run folder
+    (or nothing yet), and then fresh (``false``), resumable with the same config
+    (``true``), or either (``auto``, which also passes a finished run, skipped)."""
     own, inner = path_refusal(run_dir), path_refusal(run_dir / cfg.checkpoint.dir)
     if own or inner:  # before any os call, which would raise OSError
         reason = own or f"with checkpoint.dir={cfg.checkpoint.dir} appended, {inner}"
@@ -722,50 +780,93 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
                 fix(note=_NEW_FOLDER),
             )
         ]
-    holds = run_folder.holds_run(run_dir, cfg.checkpoint.dir)
-    if not cfg.resume:
-        if holds and run_folder.latest_intact(run_dir / cfg.checkpoint.dir)[0] is None:
-            # A run that ended (kill -9, a crash) before its first checkpoint: nothing there
-            # can be resumed, so resume=true would be refused too.
-            return [
-                _world(
-                    "resume",
-                    False,
-                    f"the run folder {run_dir} holds the records of a run that ended before "
-                    "its first checkpoint (nothing there can be resumed); training there "
-                    "would mix two runs in one record.",
-                    fix(note=f"{_NEW_FOLDER} to start afresh, or delete that folder first"),
-                )
-            ]
-        if holds:
-            return [
-                _world(
-                    "resume",
-                    False,
-                    f"the run folder {run_dir} already holds a run; training again there would "
-                    "mix two runs in one record and overwrite its checkpoints.",
-                    fix(
-                        {"resume": True},
-                        "continue that run",
-                        alt=fix(note="hydra.run.dir=<a new folder> to start a fresh run"),
-                    ),
-                )
-            ]
-        return []
+    mode = run_folder.resume_mode(cfg)
+    if mode == "auto":
+        return _auto_problems(cfg, run_dir)
+    if mode == "false":
+        return _fresh_problems(cfg, run_dir)
     if not run_dir.is_dir():
         return [
             _world(
                 "resume",
                 True,
                 f"there is no run folder {run_dir} to resume.",
-                fix(note="hydra.run.dir=<the folder of the run to resume>"),
+                fix(
+                    note="hydra.run.dir=<the folder of the run to resume>",
+                    alt=fix({"resume": "auto"}, "start the run where there is none"),
+                ),
             )
         ]
+    return _resume_problems(cfg, run_dir, True)
+
+
+def _fresh_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
+    """``resume=false``: the folder must not hold a run already."""
+    holds = run_folder.holds_run(run_dir, cfg.checkpoint.dir)
+    if holds and run_folder.latest_intact(run_dir / cfg.checkpoint.dir)[0] is None:
+        # A run that ended (kill -9, a crash) before its first checkpoint: nothing there
+        # can be resumed, so resume=true would be refused too.
+        return [
+            _world(
+                "resume",
+                False,
+                f"the run folder {run_dir} holds the records of a run that ended before "
+                "its first checkpoint (nothing there can be resumed); training there "
+                "would mix two runs in one record.",
+                fix(
+                    {"resume": "auto"},
+                    "replace those records and start the run there",
+                    alt=fix(note=f"{_NEW_FOLDER} to start afresh elsewhere"),
+                ),
+            )
+        ]
+    if holds:
+        return [
+            _world(
+                "resume",
+                False,
+                f"the run folder {run_dir} already holds a run; training again there would "
+                "mix two runs in one record and overwrite its checkpoints.",
+                fix(
+                    {"resume": True},
+                    "continue that run",
+                    alt=fix(note="hydra.run.dir=<a new folder> to start a fresh run"),
+                ),
+            )
+        ]
+    return []
+
+
+def _auto_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
+    """``resume=auto``: a run with a checkpoint is checked as a resume (finished or
+    not: a finished run is skipped only if it is the same run); an empty folder, or
+    the records of a run that ended before its first checkpoint, start afresh."""
+    verdict, _ = run_folder.auto_verdict(run_dir, cfg.checkpoint.dir, cfg.trainer.max_steps)
+    if verdict in (run_folder.RESUME, run_folder.FINISHED):
+        return _resume_problems(cfg, run_dir, "auto")
+    if verdict == run_folder.BROKEN:
+        _, skipped = run_folder.latest_intact(run_dir / cfg.checkpoint.dir)
+        return [
+            _world(
+                "resume",
+                "auto",
+                f"{run_dir / cfg.checkpoint.dir} holds checkpoints, none of them intact "
+                f"({'; '.join(skipped)}): the run can neither continue nor be replaced "
+                "without losing them.",
+                fix(note="move that folder aside, or hydra.run.dir=<a new folder>"),
+            )
+        ]
+    return []
+
+
+def _resume_problems(cfg: DictConfig, run_dir: Path, value: Any) -> list[Problem]:
+    """A resume's checks: an intact checkpoint, the same data, reward and model, and the
+    saved config with only the keys that may change changed."""
     intact, skipped = run_folder.latest_intact(run_dir / cfg.checkpoint.dir)
     notes = [
         _world(
             "resume",
-            True,
+            value,
             f"a checkpoint will be skipped: {reason}; the newest intact one is used.",
             fix(note="nothing to do (delete the broken folder to silence this)"),
             warning=True,
@@ -777,10 +878,14 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
         return [
             _world(
                 "resume",
-                True,
+                value,
                 f"{run_dir / cfg.checkpoint.dir} holds no complete checkpoint to resume "
                 f"from{broken}.",
-                fix({"resume": False}, "and hydra.run.dir=<a new folder> to start over"),
+                fix(
+                    {"resume": False},
+                    "and hydra.run.dir=<a new folder> to start over",
+                    alt=fix({"resume": "auto"}, "start the run afresh in this folder"),
+                ),
             )
         ]
     notes += run_identity.resume_problems(cfg, run_dir)  # the data, reward, model it began on
@@ -799,3 +904,156 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
         for key, old, new in run_folder.differences(saved, cfg)
         if not run_folder.may_change(key)
     ]
+
+
+# ---- the sweep folder ----------------------------------------------------------------
+
+#: Overrides that do not make a sweep another sweep: the switches of one invocation,
+#: the folders (a sweep continued names its folder by hand), and how the same points
+#: are launched (keys starting with these).
+_SWEEP_SWITCHES = (
+    "resume",
+    "dry_run",
+    "strict",
+    "hydra.sweep.dir",
+    "hydra.run.dir",
+    "hydra/launcher",
+    "hydra.launcher.",
+    "hydra.sweeper.max_batch_size",
+    "hydra.sweeper.skip_invalid",
+)
+#: The largest multirun.yaml read (real ones are a few kilobytes).
+_MULTIRUN_MAX_BYTES = 4 << 20
+
+
+def _override_key(override: str) -> str:
+    return override.lstrip("+~").partition("=")[0]
+
+
+def _switch(key: str) -> bool:
+    return any(key == s or (s.endswith(".") and key.startswith(s)) for s in _SWEEP_SWITCHES)
+
+
+def sweep_signature(cfg: Any) -> dict[str, Any]:
+    """What makes a sweep this sweep: its command-line overrides (task and hydra, in
+    order: the order numbers the points) without the switches and folders, and the
+    sweeper's own ``params``. ``cfg`` is a sweep's master config, or its saved
+    ``multirun.yaml``."""
+    overrides = OmegaConf.select(cfg, "hydra.overrides", default=None)
+    given = OmegaConf.to_container(overrides, resolve=False) if overrides is not None else {}
+    params = OmegaConf.select(cfg, "hydra.sweeper.params", default=None)
+    assert isinstance(given, dict)
+    return {
+        part: [str(o) for o in given.get(part) or [] if not _switch(_override_key(str(o)))]
+        for part in ("task", "hydra")
+    } | {"params": OmegaConf.to_container(params, resolve=False) if params is not None else {}}
+
+
+def _sweep_folder(value: str, reason: str, remedy: Any) -> Problem:
+    return _world("hydra.sweep.dir", value, reason, remedy)
+
+
+_NEW_SWEEP = fix(note="hydra.sweep.dir=<a new folder>")
+
+
+def sweep_folder_problems(
+    sweep_dir: str | Path, master_cfg: Any, resume_mode: Any = None
+) -> list[Problem]:
+    """Whether ``sweep_dir`` may take this sweep: called once by the sweeper, before it
+    writes ``multirun.yaml`` or launches a job. A folder that is absent or empty is
+    fresh. One that holds another sweep (a ``multirun.yaml`` whose overrides differ, the
+    switches and folders aside), or entries without any ``multirun.yaml``, is refused:
+    the two sweeps' jobs would share folders and mislabel each other's results. The
+    same sweep again is accepted with ``resume=auto`` (finished points skipped, stopped
+    ones resumed, the rest started) or ``resume=true`` (every point must resume); with
+    ``resume=false`` it is refused once its jobs have started, naming ``resume=auto``.
+    ``resume_mode`` defaults to the master's ``resume``."""
+    folder = Path(sweep_dir)
+    value = str(sweep_dir)
+    refusal = path_refusal(folder)
+    if refusal is not None:
+        return [_sweep_folder(value, f"{refusal}.", fix(note="a shorter path"))]
+    kind = run_folder.entry_kind(folder)
+    if kind is None:
+        return []
+    resolved = folder.resolve()
+    if kind != "folder" or resolved in (Path(resolved.anchor), Path.home().resolve()):
+        what = "is not a folder" if kind != "folder" else "is the root or home directory"
+        reason = f"{what}: a sweep writes its jobs' folders there."
+        return [_sweep_folder(value, reason, _NEW_SWEEP)]
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError as exc:
+        return [_sweep_folder(value, f"cannot be read: {exc.strerror or exc}.", _NEW_SWEEP)]
+    saved_name = run_files.SWEEP_FILES[0]  # multirun.yaml
+    if not names:
+        return []
+    if saved_name not in names:
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        return [
+            _sweep_folder(
+                value,
+                f"holds entries ({shown}) but no {saved_name}: it is not the folder of a "
+                "sweep, and the sweep's jobs would mix their files with what is there.",
+                _NEW_SWEEP,
+            )
+        ]
+    saved = _saved_sweep(folder / saved_name)
+    if isinstance(saved, str):
+        return [_sweep_folder(value, saved, _NEW_SWEEP)]
+    old, new = sweep_signature(saved), sweep_signature(master_cfg)
+    if old != new:
+        return [
+            _sweep_folder(
+                value,
+                f"holds another sweep ({saved_name}: {_sweep_difference(old, new)}); the two "
+                "sweeps' jobs would share folders and mislabel each other's results.",
+                fix(
+                    note="hydra.sweep.dir=<a new folder>, or the same overrides as that sweep "
+                    "with resume=auto to continue it"
+                ),
+            )
+        ]
+    mode = run_folder.resume_mode(
+        {"resume": master_cfg.get("resume", False) if resume_mode is None else resume_mode}
+    )
+    started = [n for n in names if (folder / n).is_dir() and not n.startswith(".")]
+    if mode == "false" and started:
+        return [
+            _sweep_folder(
+                value,
+                f"holds this sweep already, with {len(started)} job folder(s): starting it "
+                "again there would train over its runs.",
+                fix(
+                    {"resume": "auto"},
+                    "continue it: finished points are skipped, stopped ones resumed, the "
+                    "rest started",
+                    alt=_NEW_SWEEP,
+                ),
+            )
+        ]
+    return []
+
+
+def _saved_sweep(path: Path) -> DictConfig | str:
+    """A sweep folder's ``multirun.yaml`` (bounded, never through a link), or why not."""
+    if run_folder.entry_kind(path) != "file":
+        return f"holds {path.name} that is not a regular file."
+    try:
+        if path.stat().st_size > _MULTIRUN_MAX_BYTES:
+            return f"holds a {path.name} larger than {_MULTIRUN_MAX_BYTES} bytes."
+        text = run_folder.read_record(path) or ""
+        loaded = OmegaConf.create(text)
+    except Exception as exc:  # a torn or foreign file: named, never a traceback
+        return f"holds a {path.name} that cannot be read ({type(exc).__name__}: {exc})."
+    if not isinstance(loaded, DictConfig):
+        return f"holds a {path.name} that is not a sweep's config."
+    return loaded
+
+
+def _sweep_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """The first way the saved sweep differs from this one, in words."""
+    for part in ("task", "hydra"):
+        if old[part] != new[part]:
+            return f"its {part} overrides were {old[part]}, now {new[part]}"
+    return f"its hydra.sweeper.params were {old['params']}, now {new['params']}"

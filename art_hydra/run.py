@@ -79,7 +79,35 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> dict[str, Any]:
         print(outside_code_report(cfg))
         print("dry run: the configuration is valid; nothing was trained.")
         return {"dry_run": True}
+    finished = _finished_run(cfg, folder)
+    if finished is not None:
+        return finished
     return run_validated(cfg, folder)
+
+
+def _finished_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
+    """``resume=auto`` in a folder whose run reached ``trainer.max_steps``: nothing to
+    train (a sweep continued skips its finished points). One line says so; the summary
+    is the run's last metrics. None when there is something to train."""
+    from art_hydra import run_folder
+    from art_hydra.metrics import read_metrics
+
+    if run_folder.resume_mode(cfg) != "auto":
+        return None
+    verdict, step = run_folder.auto_verdict(run_dir, cfg.checkpoint.dir, cfg.trainer.max_steps)
+    if verdict != run_folder.FINISHED:
+        return None
+    run_folder.discard_hydra_record()  # the folder keeps the record of the run that trained
+    records = read_metrics(run_dir) if (run_dir / run_files.METRICS).is_file() else []
+    steps = step if step is not None else cfg.trainer.max_steps
+    print(f"art_hydra: {run_dir} already finished ({steps} steps); skipped (resume=auto).")
+    return {
+        "run_dir": str(run_dir),
+        "steps": steps,
+        "final": records[-1] if records else {},
+        "plot": None,
+        "skipped": "finished",
+    }
 
 
 def build_trainer_and_producer(cfg: DictConfig, world: Any = None) -> tuple[Any, Any]:
@@ -136,6 +164,7 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
         adopt_hydra_record,
         detach_logs,
         discard_hydra_record,
+        folder_key,
     )
 
     prepare(cfg.backend)  # Unsloth must come before transformers (and torch's imports)
@@ -151,7 +180,7 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
         detach_logs(run_dir)
         raise ResumeError(
             f"the run folder {run_dir} is in use by {exc}; one run per folder. Wait for it, "
-            "or choose another folder (hydra.run.dir=...)"
+            f"or choose another folder ({folder_key()}=...)"
         ) from None
     distributed.write_status(world, "running")
     try:
@@ -235,14 +264,17 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
     components = {"trainer": trainer, "producer": ranked}
     checkpoints = Checkpointer(run_dir, cfg.checkpoint, cfg.timeouts.checkpoint_s)
     start_step = 0
-    if cfg.resume:
+    # resume=true, or resume=auto where the run has a checkpoint (auto clears the records
+    # of a run that ended before its first checkpoint, under this lock, and starts afresh).
+    resuming = run_folder.start_resumed(cfg, run_dir, clear=world.is_main)
+    if resuming:
         latest, skipped = checkpoints.latest()
         for reason in skipped:
             log.warning("skipped a checkpoint that does not verify: %s", reason)
         if latest is None:
             raise ResumeError(
-                f"resume=true but {checkpoints.root} holds no intact checkpoint; point "
-                "hydra.run.dir at the run to resume, or drop resume=true"
+                f"resume={cfg.resume} but {checkpoints.root} holds no intact checkpoint; "
+                f"point {run_folder.folder_key()} at the run to resume, or drop resume=true"
             )
         start_step = checkpoints.load(latest, components, trainer.loaded)
         if is_rl:
@@ -254,8 +286,8 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
             run_folder.record_resume(run_dir, start_step, changed)
     # What this invocation adds to the folder: removed again if it stops before its
     # first checkpoint, so the printed command can start the run afresh there.
-    records = _Records(run_dir, fresh=not cfg.resume and world.is_main)
-    saved_step = start_step if cfg.resume else None
+    records = _Records(run_dir, fresh=not resuming and world.is_main)
+    saved_step = start_step if resuming else None
 
     def forget_unsaved() -> str:
         """A second signal before any checkpoint: leave the folder restartable."""
@@ -276,7 +308,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
             run_dir,
             cfg.logging,
             cfg.trainer.max_steps,
-            resume_step=start_step if cfg.resume else None,
+            resume_step=start_step if resuming else None,
         )
         if world.is_main
         else NoRecord()
@@ -589,14 +621,23 @@ def _stopped_message(
             f"art_hydra stopped by {signal_name} before its first checkpoint{failed or '; '}"
             "there is nothing to resume, so this run's records were removed from "
             f"{run_dir} and the same command starts it afresh:\n"
-            f"  {restart_command(run_dir, ranks)}"
+            f"  {restart_command(run_dir, ranks)}" + _whole_sweep()
         )
     kept = (
         f"checkpoint {run_files.checkpoint_name(saved)} holds step {saved} and the metrics "
         f"are flushed. Resume with:\n  {resume_command(run_dir, ranks)}"
     )
     head = f"art_hydra stopped by {signal_name} after step {saved} of {cfg.trainer.max_steps}"
-    return f"{head}{failed}{kept[0].upper()}{kept[1:]}" if failed else f"{head}; {kept}"
+    message = f"{head}{failed}{kept[0].upper()}{kept[1:]}" if failed else f"{head}; {kept}"
+    return message + _whole_sweep()
+
+
+def _whole_sweep() -> str:
+    """In a sweep's job, the line that continues the whole sweep (else nothing)."""
+    from art_hydra.interrupts import continue_sweep_command
+
+    command = continue_sweep_command()
+    return f"\nContinue the whole sweep with:\n  {command}" if command else ""
 
 
 def _in_log_files(message: str) -> str:

@@ -10,7 +10,9 @@ holder's pid and host). Each checkpoint carries a manifest of its files' SHA-256
 only a checkpoint whose manifest verifies (every listed file there with its sum, and no
 file it does not list) is resumed from, and checkpoints are ordered by step number, not
 by name. Everything here is plain files, no torch, so the CLI can check a folder before
-Hydra creates it.
+Hydra creates it. ``resume=auto`` reads the folder's state (:func:`auto_verdict`): a
+checkpoint short of ``trainer.max_steps`` is continued, a finished run skipped, an empty
+folder (or one whose run died before its first checkpoint) started afresh.
 
 A run writes inside its own folder only: the files it appends to or truncates are
 opened without following a symbolic link (``O_NOFOLLOW``) and must be regular files,
@@ -50,6 +52,7 @@ from art_hydra.config.run_files import (
     PENDING_PREFIX,
     PLOTS,
     RANKS,
+    RESULT,
     RESUMES,
     RUN_CONFIG,
     SWEEP_FILES,
@@ -84,6 +87,8 @@ RUN_ENTRIES = (
     *(f".{Path(plot).stem}.*.tmp" for plot in PLOTS),
     LOCK,
     RANKS,
+    RESULT,
+    f".{RESULT}.*.tmp",
     *SWEEP_FILES,
 )
 
@@ -534,3 +539,118 @@ def detach_logs(run_dir: Path) -> None:
         ):
             root.removeHandler(handler)
             handler.close()
+
+
+# ---- resume=auto --------------------------------------------------------------------
+
+#: What ``resume=auto`` does with a run folder.
+FRESH = "fresh"  # nothing there: start a run
+RESUME = "resume"  # a checkpoint short of max_steps: continue from it
+RESTART = "restart"  # a run that ended before its first checkpoint: start it afresh
+FINISHED = "finished"  # the run reached max_steps: nothing to train
+BROKEN = "broken"  # checkpoints, none intact: neither resumable nor safe to replace
+
+
+def resume_mode(cfg: Any) -> str:
+    """``cfg.resume`` as ``"false"``, ``"true"`` or ``"auto"`` (a config not yet
+    structured may still hold a boolean). The key is a string with those choices, not
+    an Enum: Hydra reads ``resume=true`` as a boolean, which an Enum node refuses, and
+    the schema maps the booleans (``True``/``False``) onto ``true``/``false``."""
+    value = cfg.get("resume", False)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value).lower()
+
+
+def result_status(run_dir: Path) -> tuple[str | None, int | None]:
+    """``(status, steps)`` of the run's result record (None for what it does not say,
+    or when there is none): read bounded and never through a link."""
+    if entry_kind(run_dir / RESULT) != "file":
+        return None, None
+    try:
+        record = safe_json.read(run_dir / RESULT)
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(record, dict):
+        return None, None
+    status, steps = record.get("status"), record.get("steps")
+    return (
+        status if isinstance(status, str) else None,
+        steps if isinstance(steps, int) and not isinstance(steps, bool) else None,
+    )
+
+
+def auto_verdict(run_dir: Path, checkpoint_dir: str, max_steps: int) -> tuple[str, int | None]:
+    """What ``resume=auto`` does in ``run_dir``, and the step its newest intact
+    checkpoint holds (None without one).
+
+    An intact checkpoint decides: at ``max_steps`` or beyond the run is finished, short
+    of it the run continues (so raising ``trainer.max_steps`` extends a finished run, as
+    with ``resume=true``). Without one, a result record that says done with at least
+    ``max_steps`` steps (or no step count) means finished; the records of a run that
+    ended before its first checkpoint mean start afresh; checkpoint folders that all
+    fail to verify are broken (nothing is deleted: the pre-flight names them)."""
+    if entry_kind(run_dir) != "folder":
+        return FRESH, None
+    root = run_dir / checkpoint_dir
+    intact, _ = latest_intact(root)
+    if intact is not None:
+        step = checkpoint_step(intact) or 0
+        return (FINISHED if step >= max_steps else RESUME), step
+    status, steps = result_status(run_dir)
+    if status == "done" and (steps is None or steps >= max_steps):
+        return FINISHED, steps
+    if checkpoint_folders(root):
+        return BROKEN, None
+    return (RESTART if holds_run(run_dir, checkpoint_dir) else FRESH), None
+
+
+#: A run's own records that a restart under resume=auto replaces (a run that ended
+#: before its first checkpoint: nothing in them can be resumed). Its result record is
+#: not among them: the new run rewrites it (and has, by the time this runs).
+UNSAVED_RECORDS = (RUN_CONFIG, IDENTITY, METRICS, COMPLETIONS, TENSORBOARD, RESUMES)
+
+
+def clear_unsaved_run(run_dir: Path) -> list[str]:
+    """Remove the records of a run that ended before its first checkpoint (called under
+    the folder's lock, so no live run owns them); the names removed. Links are
+    unlinked, never followed."""
+    removed = []
+    for name in UNSAVED_RECORDS:
+        path = run_dir / name
+        if entry_kind(path) is not None:
+            _remove_own(path)
+            removed.append(name)
+    return removed
+
+
+def start_resumed(cfg: Any, run_dir: Path, clear: bool = True) -> bool:
+    """Whether this run continues from a checkpoint: ``resume=true``, or ``resume=auto``
+    in a folder whose run has one. ``auto`` in a folder holding a run that ended before
+    its first checkpoint clears its records first (with ``clear``: rank 0, which owns
+    the folder; the other ranks decide alike, from the checkpoints, which stay)."""
+    mode = resume_mode(cfg)
+    if mode != "auto":
+        return mode == "true"
+    verdict, _ = auto_verdict(run_dir, cfg.checkpoint.dir, cfg.trainer.max_steps)
+    if verdict == RESTART and clear:
+        clear_unsaved_run(run_dir)
+    return verdict in (RESUME, FINISHED)
+
+
+# ---- sweeps -------------------------------------------------------------------------
+
+
+def in_sweep() -> bool:
+    """Whether this process runs a sweep or one of its jobs (Hydra's MULTIRUN mode):
+    its folders are then chosen by ``hydra.sweep.dir``, and ``hydra.run.dir`` is
+    ignored."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def folder_key() -> str:
+    """The override that chooses this job's folder: ``hydra.sweep.dir`` in a sweep."""
+    return "hydra.sweep.dir" if in_sweep() else "hydra.run.dir"

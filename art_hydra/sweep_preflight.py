@@ -29,6 +29,7 @@ from typing import Any
 
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.override_parser.types import Override
+from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from art_hydra.config import hydra_compat
@@ -174,7 +175,11 @@ class PointChecker:
             found = rule_problems(typed, [])
             failed = {p.key for p in found if p.is_error}
             with by_hand(self.hand):
-                world = [*self._environment(base, typed, changed), *folder_problems(typed, run_dir)]
+                sweep = base.composed.hydra.get("mode") == RunMode.MULTIRUN
+                world = [
+                    *self._environment(base, typed, changed),
+                    *folder_problems(typed, run_dir, sweep or None),
+                ]
                 world = strictly(typed, world)
         return found + [p for p in world if p.key not in failed]
 

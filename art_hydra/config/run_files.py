@@ -25,6 +25,8 @@ TENSORBOARD = "tensorboard"
 REWARD_PLOT = "reward.png"
 LOSS_PLOT = "loss.png"
 PLOTS = (REWARD_PLOT, LOSS_PLOT)
+#: The job's outcome (running, done, failed, interrupted, refused) and objective.
+RESULT = "result.json"
 #: The lock a training run holds on its folder.
 LOCK = "run.lock"
 #: Each rank's status file, read by the others when a collective stalls.

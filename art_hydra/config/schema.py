@@ -633,9 +633,16 @@ class RunConfig:
         help="Validate and print the resolved config, then exit without training.",
         resume=MAY_CHANGE,
     )
-    resume: bool = setting(
-        False,
-        help="Continue from the last complete checkpoint in the run directory.",
+    resume: str = setting(
+        "false",
+        choices=("false", "true", "auto"),
+        aliases=(("False", "false"), ("True", "true")),
+        help=(
+            "false: start a fresh run (refused where the folder holds one); true: continue "
+            "from the last complete checkpoint in the run directory; auto: continue a run "
+            "that has a checkpoint, start one where there is none, skip a finished one "
+            "(continues a sweep)."
+        ),
         resume=MAY_CHANGE,
     )
     strict: bool = setting(

@@ -11,7 +11,9 @@ never by this package.
 
 from __future__ import annotations
 
+import functools
 import os
+import secrets
 from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
@@ -63,9 +65,23 @@ def job_record_name() -> str:
     return f".hydra-pending-{os.getpid()}"
 
 
+@functools.cache
+def unique_name() -> str:
+    """This process's mark in default folder names (``${art_hydra.unique:}`` in
+    conf/hydra/output/outputs.yaml): its pid and a short random part, so two runs or
+    sweeps started in the same second (on one host or several sharing a disk) never
+    share a folder. Fixed for the life of the process, so every composition in it (the
+    CLI's check, then Hydra's) names the same folder; the resolver is also cached per
+    config, and Hydra copies that cache from the sweep's master config to each job's
+    (pickled with it to joblib and SLURM workers), so a sweep's jobs all land in the
+    one folder the master resolved."""
+    return f"{os.getpid()}-{secrets.token_hex(2)}"
+
+
 # At import: a launcher's worker process resolves the job's hydra node before any
 # entry point runs, and it has imported this module with the task function.
 OmegaConf.register_new_resolver("art_hydra.job_record", job_record_name, replace=True)
 # ``art-hydra --help`` lists every key with its help (hydra.help.template in
 # conf/config.yaml), read from the schema's field metadata.
+OmegaConf.register_new_resolver("art_hydra.unique", unique_name, replace=True, use_cache=True)
 OmegaConf.register_new_resolver("art_hydra.keys", key_help_text, replace=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-
 from pathlib import Path
 
 import pytest
@@ -123,6 +122,9 @@ def test_valid_sweep_runs_every_job(cli, tmp_path: Path, launcher: str) -> None:
     out = output_of(proc)
     assert proc.returncode == 0, out
     assert len(_job_dirs(tmp_path)) == 4
+    # One sweep folder: each worker reads the folder the master resolved (its
+    # ${art_hydra.unique:} mark), never a mark of its own process.
+    assert len({job.parent for job in _job_dirs(tmp_path)}) == 1
 
 
 def test_joblib_preflight_rejects_before_workers_start(cli, tmp_path: Path) -> None:
