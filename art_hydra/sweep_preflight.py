@@ -97,7 +97,7 @@ class PointChecker:
         self.master = master
         self.hand = hand
         self.devices_here = devices_here
-        self.fixed = list(master.hydra.overrides.hydra)
+        self.fixed = hydra_compat.raw_list(master.hydra.overrides.hydra)
         self._bases: dict[tuple[str, ...], _Base | None] = {}
         #: How many points took the fast way (the rest: full composition).
         self.fast = 0
@@ -245,7 +245,10 @@ class PointChecker:
 
         interpolated = list(_interpolated_leaves(composed))
         hydra = composed.hydra
-        recorded = [*hydra.overrides.hydra, *hydra.overrides.task]
+        recorded = [
+            *hydra_compat.raw_list(hydra.overrides.hydra),
+            *hydra_compat.raw_list(hydra.overrides.task),
+        ]
         parsed = self.loader.parse(recorded)  # type: ignore[attr-defined]
         with hydra_compat.point_view(composed, parsed), hydra_compat.as_job(composed, job_num):
             typed, problems = fit(copy.deepcopy(composed), in_place=True)
@@ -288,7 +291,7 @@ def _interpolated_leaves(cfg: DictConfig, prefix: str = "") -> Iterator[str]:
         if OmegaConf.is_interpolation(cfg, key):
             yield path
             continue
-        node = cfg._get_node(key)
+        node = hydra_compat.child_node(cfg, key)
         if isinstance(node, DictConfig):
             yield from _interpolated_leaves(node, f"{path}.")
         elif isinstance(node, ListConfig) and _holds_interpolation(node):
@@ -299,7 +302,8 @@ def _holds_interpolation(node: Any) -> bool:
     if isinstance(node, (DictConfig, ListConfig)):
         keys = node.keys() if isinstance(node, DictConfig) else range(len(node))
         return any(
-            OmegaConf.is_interpolation(node, k) or _holds_interpolation(node._get_node(k))
+            OmegaConf.is_interpolation(node, k)
+            or _holds_interpolation(hydra_compat.child_node(node, k))
             for k in keys
         )
     return False
@@ -326,10 +330,14 @@ def _parent(cfg: DictConfig, key: str) -> tuple[DictConfig, str]:
 
 def _reads_run_config(node: Any) -> bool:
     """Whether any interpolation under ``node`` may read outside the ``hydra`` node."""
-    if isinstance(node, (DictConfig, ListConfig)):
-        keys = node.keys() if isinstance(node, DictConfig) else range(len(node))
-        return any(_reads_run_config(node._get_node(k)) for k in keys)
-    raw = node._value() if node is not None else None
-    if not isinstance(raw, str) or "${" not in raw:
-        return False
-    return raw.count("${") != len(_HYDRA_ONLY.findall(raw))
+    keys = node.keys() if isinstance(node, DictConfig) else range(len(node))
+    for key in keys:
+        child = hydra_compat.child_node(node, key)
+        if isinstance(child, (DictConfig, ListConfig)):
+            if _reads_run_config(child):
+                return True
+            continue
+        raw = hydra_compat.raw_value(node, key)
+        if isinstance(raw, str) and raw.count("${") != len(_HYDRA_ONLY.findall(raw)):
+            return True
+    return False

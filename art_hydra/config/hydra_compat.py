@@ -91,6 +91,16 @@ def apply_override(cfg: DictConfig, override: Override) -> None:
     ConfigLoaderImpl._apply_overrides_to_config([override], cfg)
 
 
+def raw_list(node: Any) -> list[Any]:
+    """A list's items as written (``${...}`` in an override's text is not resolved)."""
+    return list(OmegaConf.to_container(node, resolve=False))
+
+
+def child_node(node: DictConfig | Any, key: Any) -> Any:
+    """The node at ``key`` itself (a container or a value node), nothing resolved."""
+    return node._get_node(key)
+
+
 def raw_value(node: DictConfig | Any, key: Any) -> Any:
     """A value as written, interpolations unresolved (for reports)."""
     child = node._get_node(key)
@@ -182,8 +192,8 @@ def point_view(cfg: DictConfig, parsed: list[Override]) -> Iterator[DictConfig]:
 
     hydra = cfg.hydra
     saved = {
-        "task": list(hydra.overrides.task),
-        "hydra": list(hydra.overrides.hydra),
+        "task": raw_list(hydra.overrides.task),
+        "hydra": raw_list(hydra.overrides.hydra),
         "dirname": raw_value(hydra.job, "override_dirname"),
         "num": raw_value(hydra.job, "num"),
         "id": raw_value(hydra.job, "id"),
@@ -253,6 +263,7 @@ def _caching_loader_class() -> type:
             self._parsed: dict[str, Override] = {}
             self._repos: dict[tuple, Any] = {}
             self._bases: dict[tuple, _Base] = {}
+            self._seen: set[tuple] = set()
 
         def load_configuration(
             self,
@@ -354,15 +365,19 @@ def _caching_loader_class() -> type:
                     for x in repo.get_sources()
                 ]
                 base = _Base(
-                    copy.deepcopy(cfg),
+                    copy.deepcopy(cfg) if key in self._seen else cfg,
                     dict(defaults.overrides.known_choices),
                     sources,
                     self._repos[repo_key]._art_hydra_signature,
                 )
-                if [o.input_line for o in defaults.config_overrides] == [
+                # Kept from the second composition of a selection on: a one-off (the
+                # command line's single run) does not pay for the copy.
+                same_split = [o.input_line for o in defaults.config_overrides] == [
                     o.input_line for o in values
-                ]:
+                ]
+                if same_split and key in self._seen:
                     self._bases[key] = base
+                self._seen.add(key)
             else:
                 cfg = copy.deepcopy(base.cfg)
             return self._finish(cfg, base, config_name, parsed, values)

@@ -29,6 +29,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, OmegaConf
 
+from art_hydra.config.hydra_compat import raw_list
 from art_hydra.config.problems import Problem, errors, format_report
 from art_hydra.config.trust import hand_of
 
@@ -62,6 +63,11 @@ class PreflightLauncher(Launcher):
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
         if "art_hydra_preflight" not in _target(config.hydra.sweeper):
+            from hydra_plugins.art_hydra_preflight.reports import (
+                refuse_a_used_sweep_folder,
+            )
+
+            refuse_a_used_sweep_folder(config)
             self.check_search_space()
 
     def check_search_space(self) -> None:
@@ -70,7 +76,7 @@ class PreflightLauncher(Launcher):
         (``choice``/``range``; an interval is tried at both ends). Combinations that
         cannot run are named once, grouped by problem: the sweeper may draw them, and
         they will be refused, never launched."""
-        from hydra_plugins.art_hydra_preflight.preflight_sweeper import _fail, _sweep_report
+        from hydra_plugins.art_hydra_preflight.reports import _fail, _sweep_report
 
         assert self.config is not None
         fixed, dims = search_space(self.config)
@@ -234,7 +240,7 @@ def search_space(config: DictConfig) -> tuple[list[str], list[tuple[str, list[st
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import IntervalSweep
 
-    texts = list(config.hydra.overrides.task)
+    texts = raw_list(config.hydra.overrides.task)
     params = OmegaConf.select(config, "hydra.sweeper.params", default=None)
     if isinstance(params, DictConfig):
         texts += [f"{k}={v}" for k, v in OmegaConf.to_container(params, resolve=False).items()]

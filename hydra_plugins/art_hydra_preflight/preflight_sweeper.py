@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import CompactHydraException
 from omegaconf import OmegaConf
 
 from art_hydra.config.composition import announce_warnings
@@ -28,20 +27,13 @@ from art_hydra.config.hydra_compat import basic_sweeper
 from art_hydra.config.problems import Problem, errors, warnings_of
 from art_hydra.errors import full_error
 from hydra_plugins.art_hydra_preflight.preflight_launcher import ranks_per_job, sweep_hand
+from hydra_plugins.art_hydra_preflight.reports import (
+    _fail,
+    _sweep_report,
+    refuse_a_used_sweep_folder,
+)
 
 log = logging.getLogger(__name__)
-
-
-class SweepPreflightError(CompactHydraException):
-    """Some sweep points cannot run; the message lists each with its problems."""
-
-
-def _fail(message: str) -> None:
-    """Report a user's mistake without a traceback or Hydra's HYDRA_FULL_ERROR hint."""
-    if full_error():
-        raise SweepPreflightError(message)
-    sys.stderr.write(message.rstrip() + "\n")
-    sys.exit(1)
 
 
 class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
@@ -90,6 +82,7 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
 
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None
+        refuse_a_used_sweep_folder(self.config)
         points = self.points(arguments)
         checked = self.preflight(points)
         invalid = [i for i, problems in enumerate(checked) if errors(problems)]
@@ -238,32 +231,3 @@ def remote_failure(text: str) -> str:
     logs = [line.strip()[2:] for line in rest.splitlines() if line.strip().startswith("- ")]
     where = f"\nFull logs: {', '.join(logs)}" if logs else ""
     return f"{last}{where}"
-
-
-#: Points listed by number and overrides in a pre-flight report (the rest are counted).
-LISTED_POINTS = 20
-
-
-def _sweep_report(
-    invalid: list[tuple[int, list[str], list[Problem]]], total: int, noun: str = "sweep point"
-) -> str:
-    """The invalid points, then each distinct problem once, with the points it stops."""
-    head = "Point" if noun == "sweep point" else noun.split()[0].capitalize()
-    parts = [f"Pre-flight: {len(invalid)} of {total} {noun}(s) cannot run."]
-    parts += [
-        f"{head} #{index}: {' '.join(point) or '(no overrides)'}"
-        for index, point, _ in invalid[:LISTED_POINTS]
-    ]
-    if len(invalid) > LISTED_POINTS:
-        parts.append(f"... and {len(invalid) - LISTED_POINTS} more, numbered below.")
-    groups: dict[tuple[str, str, str], tuple[Problem, list[int]]] = {}
-    for index, _, problems in invalid:
-        for problem in errors(problems):
-            key = (problem.key, problem.reason, str(problem.fix))
-            groups.setdefault(key, (problem, []))[1].append(index)
-    parts.append(f"{len(groups)} distinct problem(s), each with the {noun}s it stops:")
-    for number, (problem, indices) in enumerate(groups.values(), 1):
-        where = ", ".join(f"#{i}" for i in indices[:50])
-        more = f" and {len(indices) - 50} more" if len(indices) > 50 else ""
-        parts.append(f"{problem.render(number)}\n     in {len(indices)} {noun}(s): {where}{more}")
-    return "\n".join(parts)

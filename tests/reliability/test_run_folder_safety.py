@@ -14,7 +14,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import output_of, run_cli, start_cli, wait_for_steps
+from conftest import output_of, report_entries, run_cli, start_cli, wait_for_steps
 from safetensors.torch import load_file, save_file
 
 from art_hydra import compose
@@ -87,13 +87,28 @@ def test_root_home_a_file_and_a_project_folder_are_refused_as_run_folders(
 
 def test_a_sweep_point_into_a_project_folder_is_refused_before_any_job(cli, tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
+    (tmp_path / "project1").mkdir()
+    (tmp_path / "project1" / "notes.txt").write_text("mine\n")
+    subdir = "hydra.sweep.subdir=../project${hydra.job.num}"
+    proc = cli("-m", "seed=1,2", f"hydra.sweep.dir={sweep}", subdir, "dry_run=true")
+    out = output_of(proc)
+    assert proc.returncode == 1, out
+    assert "Point #1" in out and "holds entries no run writes there (notes.txt)" in out
+    assert "hydra.sweep.dir=<a new folder>" in out
+
+
+def test_a_sweep_folder_holding_other_files_is_refused_before_any_point(
+    cli, tmp_path: Path
+) -> None:
+    sweep = tmp_path / "sweep"
     (sweep / "1").mkdir(parents=True)
     (sweep / "1" / "notes.txt").write_text("mine\n")
     proc = cli("-m", "seed=1,2", f"hydra.sweep.dir={sweep}", "dry_run=true")
     out = output_of(proc)
     assert proc.returncode == 1, out
-    assert "Point #1" in out and "holds entries no run writes there (notes.txt)" in out
-    assert "hydra.sweep.dir=<a new folder>" in out
+    assert [k for k, _, _ in report_entries(out)] == ["hydra.sweep.dir"]
+    assert "no multirun.yaml" in out
+    assert "Point #" not in out
 
 
 def test_a_planted_lock_link_is_refused_and_its_target_is_unchanged(cli, tmp_path: Path) -> None:
