@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import shlex
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +26,17 @@ from art_hydra.config.problems import ConfigValidationError, errors
 from art_hydra.config.schema import AlgorithmName
 from art_hydra.config.trust import outside_code_report
 from art_hydra.errors import Interrupted, RunStopped, WriteError
+from art_hydra.result import (
+    DONE,
+    FAILED,
+    INTERRUPTED,
+    RESULT,
+    JobRecord,
+    RunResult,
+    hparams_of,
+    objective_value,
+    stop_reason,
+)
 
 log = logging.getLogger("art_hydra")
 
@@ -51,11 +63,14 @@ def default_run_dir() -> Path:
     return Path("outputs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S-%f")
 
 
-def train(cfg: Any, run_dir: str | Path | None = None) -> dict[str, Any]:
-    """Validate ``cfg`` and train; returns a summary (steps, final metrics, paths).
+def train(cfg: Any, run_dir: str | Path | None = None) -> RunResult:
+    """Validate ``cfg`` and train; returns the run's objective as a float that carries
+    the summary (``result["steps"]``, ``result.final``, ``result.run_dir``): a value every
+    optimising sweeper (Optuna, Ax, Nevergrad) reads as the job's result.
 
     ``cfg`` may be a composed ``DictConfig``, a :class:`~art_hydra.config.schema.RunConfig`
-    or a plain mapping. With ``dry_run=true`` it prints the resolved config and returns.
+    or a plain mapping. With ``dry_run=true`` it prints the resolved config and returns
+    NaN with the summary ``{"dry_run": True}``.
     """
     from art_hydra.distributed import from_environment
     from art_hydra.preflight import busy_folder_problems, world_problems
@@ -78,7 +93,7 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> dict[str, Any]:
         print(resolved_yaml(cfg))
         print(outside_code_report(cfg))
         print("dry run: the configuration is valid; nothing was trained.")
-        return {"dry_run": True}
+        return RunResult(float("nan"), {"dry_run": True})
     return run_validated(cfg, folder)
 
 
@@ -119,7 +134,7 @@ def build_trainer_and_producer(cfg: DictConfig, world: Any = None) -> tuple[Any,
     return trainer, producer
 
 
-def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[str, Any]:
+def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> RunResult:
     """The run itself, for a config that :func:`train` has validated.
 
     Public only so tests can drive a configuration the validators would reject (the
@@ -154,13 +169,22 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
             "or choose another folder (hydra.run.dir=...)"
         ) from None
     distributed.write_status(world, "running")
+    # Rank 0 keeps the job's result.json: "running" while it holds the lock.
+    record = JobRecord(run_dir, cfg) if world.is_main else None
     try:
         # Hydra's record of this job becomes the folder's .hydra only now, under the lock.
         adopt_hydra_record() if world.is_main else discard_hydra_record()
+        if record is not None:
+            record.start()
         with stop_on_signals() as stop:
-            summary = _train_locked(cfg, run_dir, stop, world)
+            summary = _train_locked(cfg, run_dir, stop, world, record)
+        value = _finish_record(record, DONE, None)
     except BaseException as exc:
         distributed.write_status(world, f"failed: {type(exc).__name__}: {exc}".splitlines()[0])
+        status, reason = stop_reason(exc)
+        if status == FAILED:
+            _in_log_files(f"art_hydra: the run failed: {reason}", logging.ERROR)
+        _finish_record(record, status, reason)
         if world.enabled and not isinstance(exc, (RunStopped, KeyboardInterrupt)):
             raise distributed.failure(world, "training", exc, cfg.distributed.timeout_s) from exc
         raise
@@ -168,7 +192,32 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
         lock.release()
     distributed.write_status(world, "done")
     distributed.teardown(world)
-    return summary
+    return RunResult(value, summary)
+
+
+def _finish_record(record: JobRecord | None, status: str, reason: str | None) -> float:
+    """Write the job's end state into result.json (rank 0; others have no record) and
+    return its objective. A record that cannot be written (a full disk) is logged: it
+    must not hide the run's own outcome."""
+    if record is None:
+        return float("nan")
+    try:
+        value, written = record.finish(status, reason)
+    except Exception as exc:
+        log.warning("could not write %s: %s", record.run_dir / RESULT, exc)
+        return float("nan")
+    spec = record.spec
+    shown = "none logged" if written["objective"]["value"] is None else f"{value:.6g}"
+    log.info(
+        "result.json: %s; objective %s = %s (%s over the last %d logged step(s), %s)",
+        status,
+        spec.metric,
+        shown,
+        spec.reduce,
+        spec.window,
+        spec.direction,
+    )
+    return value
 
 
 class _Ranked:
@@ -206,7 +255,9 @@ class _Ranked:
         self.producer.load_state_dict(own, plain["ranks"][self.world.rank])
 
 
-def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict[str, Any]:
+def _train_locked(
+    cfg: DictConfig, run_dir: Path, stop: Any, world: Any, record: JobRecord | None = None
+) -> dict[str, Any]:
     # ---- setup -----------------------------------------------------------------------
     import random
 
@@ -252,6 +303,8 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
         changed = run_folder.differences(saved, cfg) if saved is not None else []
         if world.is_main:
             run_folder.record_resume(run_dir, start_step, changed)
+        if record is not None:
+            record.steps = start_step
     # What this invocation adds to the folder: removed again if it stops before its
     # first checkpoint, so the printed command can start the run afresh there.
     records = _Records(run_dir, fresh=not cfg.resume and world.is_main)
@@ -373,6 +426,8 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
                     f"writing the run's record failed at step {step}: {exc}. "
                     + _resume_hint(run_dir, saved_step)
                 ) from exc
+            if record is not None:
+                record.steps = step
             if checkpoints.due(step, cfg.trainer.max_steps) or stopping():
                 save(step)
                 saved_step = step
@@ -390,6 +445,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
     # ---- cleanup ---------------------------------------------------------------------
     finally:
         channel.close()
+        _log_hparams(metrics, record, stop.requested)
         metrics.close()
     if _can_keep(failure, finished, handed, trainer.step, saved_step):
         assert finished is not None
@@ -414,11 +470,33 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
         "steps": trainer.step,
         "final": last,
         "plot": str(plot) if plot else None,
+        "status": DONE,
+        "objective": record.spec.as_dict() if record is not None else None,
     }
     if last and world.is_main:
         shown = f"reward {last['reward_mean']:.3f}" if is_rl else f"loss {last['loss']:.4f}"
         print(f"art_hydra: {trainer.step} steps, final {shown}; outputs in {run_dir}")
     return summary
+
+
+def _log_hparams(metrics: Any, record: JobRecord | None, stopped: bool) -> None:
+    """The job's overrides and objective as TensorBoard hparams, also for a run that
+    fails or is stopped (its status is one of the hparams). Never raises: the run's own
+    outcome matters more than its TensorBoard summary."""
+    from art_hydra.metrics import MetricsLog, read_metrics
+
+    if record is None or not isinstance(metrics, MetricsLog):
+        return
+    failing = sys.exc_info()[0] is not None
+    status = INTERRUPTED if stopped else FAILED if failing else DONE
+    try:
+        rows = read_metrics(record.run_dir)
+        value = objective_value(record.spec, rows)
+        hparams = {**hparams_of(record.overrides), "status": status}
+        step = rows[-1]["step"] if rows else 0
+        metrics.log_hparams(hparams, record.spec.metric, value, step)
+    except Exception as exc:
+        log.warning("could not write the TensorBoard hparams: %s", exc)
 
 
 class NoRecord:
@@ -599,10 +677,11 @@ def _stopped_message(
     return f"{head}{failed}{kept[0].upper()}{kept[1:]}" if failed else f"{head}; {kept}"
 
 
-def _in_log_files(message: str) -> str:
-    """Also write a stop's message to the job's log files (``<job>.log`` in the run
-    folder): after SIGHUP the terminal that would show it is gone."""
-    record = logging.LogRecord("art_hydra", logging.WARNING, __file__, 0, message, None, None)
+def _in_log_files(message: str, level: int = logging.WARNING) -> str:
+    """Also write a stop's (or a failure's) message to the job's log files (``<job>.log``
+    in the run folder): after SIGHUP the terminal that would show it is gone, and a
+    sweep's job folder must say why the job failed."""
+    record = logging.LogRecord("art_hydra", level, __file__, 0, message, None, None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             with contextlib.suppress(Exception):

@@ -50,6 +50,7 @@ from art_hydra.config.run_files import (
     PENDING_PREFIX,
     PLOTS,
     RANKS,
+    RESULT,
     RESUMES,
     RUN_CONFIG,
     SWEEP_FILES,
@@ -84,6 +85,8 @@ RUN_ENTRIES = (
     *(f".{Path(plot).stem}.*.tmp" for plot in PLOTS),
     LOCK,
     RANKS,
+    RESULT,
+    f".{RESULT}.*.tmp",
     *SWEEP_FILES,
 )
 
@@ -198,7 +201,7 @@ def linked_entries(run_dir: Path, checkpoint_dir: str) -> list[str]:
     a file belongs, a FIFO): the run would write through them."""
     found = []
     folders = {HYDRA_RECORD, TENSORBOARD, RANKS}
-    for name in (LOCK, RUN_CONFIG, RESUMES, METRICS, COMPLETIONS, *PLOTS):
+    for name in (LOCK, RUN_CONFIG, RESUMES, METRICS, COMPLETIONS, RESULT, *PLOTS):
         if entry_kind(run_dir / name) not in (None, "file"):
             found.append(name)
     for name in folders:
