@@ -65,9 +65,7 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-@pytest.mark.parametrize(
-    ("direction", "order"), [("maximize", [2, 0, 1]), ("minimize", [1, 0, 2])]
-)
+@pytest.mark.parametrize(("direction", "order"), [("maximize", [2, 0, 1]), ("minimize", [1, 0, 2])])
 def test_done_jobs_are_ranked_in_the_objectives_direction(
     tmp_path: Path, direction: str, order: list[int]
 ) -> None:
