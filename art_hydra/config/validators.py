@@ -449,14 +449,22 @@ def objective_window_within_the_run(cfg: DictConfig) -> Iterator[Problem]:
     """A window longer than the run's logged steps reduces fewer values than asked."""
     logged = cfg.trainer.max_steps // cfg.logging.every_steps
     window = cfg.objective.window
-    if window > max(logged, 1):
+    if logged == 0:
+        yield _warning(
+            "logging.every_steps",
+            cfg.logging.every_steps,
+            f"is longer than the run (trainer.max_steps={cfg.trainer.max_steps}): no step is "
+            "logged, so the run's objective (what a sweeper optimises) is NaN.",
+            fix({"logging.every_steps": cfg.trainer.max_steps}),
+        )
+    elif window > logged:
         yield _warning(
             "objective.window",
             window,
             f"is longer than the {logged} step(s) the run logs (trainer.max_steps="
             f"{cfg.trainer.max_steps}, logging.every_steps={cfg.logging.every_steps}): the "
             "objective reduces all of them.",
-            fix({"objective.window": max(logged, 1)}),
+            fix({"objective.window": logged}),
         )
 
 
