@@ -422,9 +422,15 @@ def write_summary(summary: Summary) -> tuple[Path, Path]:
 
 def finish_sweep(sweep_dir: str | Path) -> str:
     """Summarise ``sweep_dir``, write its summary files and return the text to print
-    (the top points, the counts line and where the files are)."""
+    (the top points, the counts line and where the files are). Never raises for a sweep
+    that launched nothing (no folder) or a summary that cannot be written."""
     summary = summarize(sweep_dir)
-    csv_path, md_path = write_summary(summary)
+    if not summary.jobs:
+        return f"Sweep {summary.sweep_dir}: no job folder (nothing was launched); no summary."
+    try:
+        csv_path, md_path = write_summary(summary)
+    except OSError as exc:  # a full disk: the text still tells the outcome
+        return f"{summary.text()}\nThe summary files could not be written: {exc}"
     return f"{summary.text()}\nSummary: {csv_path} and {md_path.name}"
 
 

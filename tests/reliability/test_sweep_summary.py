@@ -142,6 +142,11 @@ def test_the_summary_files_hold_every_job(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".summary*.tmp"))
 
 
+def test_finishing_a_sweep_that_launched_nothing_writes_nothing(tmp_path: Path) -> None:
+    assert "no job folder" in finish_sweep(tmp_path / "never")
+    assert not (tmp_path / "never").exists()
+
+
 def test_planned_points_without_a_folder_count_as_never_finished(tmp_path: Path) -> None:
     (tmp_path / "multirun.yaml").write_text(
         "hydra:\n  overrides:\n    task:\n    - trainer.max_steps=2,3,4\n    - algorithm=rl,sft\n"
