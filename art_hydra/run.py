@@ -84,17 +84,43 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> RunResult:
 
         detach_logs(folder)
         raise ConfigValidationError(busy, footer=_JOB_FOOTER)
-    cfg = validate(cfg, footer=_JOB_FOOTER)
-    # Rank 0 alone owns the run folder; the other ranks check everything else.
-    problems = world_problems(cfg, folder if world.is_main else None, trust_earlier_pass=True)
-    if errors(problems):
-        raise ConfigValidationError(problems, footer=_JOB_FOOTER)
+    try:
+        cfg = validate(cfg, footer=_JOB_FOOTER)
+        # Rank 0 alone owns the run folder; the other ranks check everything else.
+        problems = world_problems(cfg, folder if world.is_main else None, trust_earlier_pass=True)
+        if errors(problems):
+            raise ConfigValidationError(problems, footer=_JOB_FOOTER)
+    except ConfigValidationError as exc:
+        if world.is_main:
+            _record_refusal(folder, exc)
+        raise
     if cfg.dry_run:
         print(resolved_yaml(cfg))
         print(outside_code_report(cfg))
         print("dry run: the configuration is valid; nothing was trained.")
         return RunResult(float("nan"), {"dry_run": True})
     return run_validated(cfg, folder)
+
+
+def _record_refusal(folder: Path, exc: ConfigValidationError) -> None:
+    """A sweep's job refused by its own checks (a point its sweeper launched unchecked)
+    leaves ``result.json`` with ``refused`` and the report, so the sweep's summary names
+    it instead of counting a job that never finished. Only in the job folder Hydra made
+    for it, and never when a problem is about the folder itself (it may not be a run
+    folder at all)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from art_hydra.result import job_number, job_overrides, write_refused_result
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return
+    if not folder.is_dir() or any(p.key.startswith("hydra.") for p in exc.problems):
+        return
+    try:
+        write_refused_result(folder, job_overrides(), str(exc), job_number())
+    except OSError as error:
+        log.warning("could not write %s: %s", folder / RESULT, error)
 
 
 def build_trainer_and_producer(cfg: DictConfig, world: Any = None) -> tuple[Any, Any]:
