@@ -95,9 +95,13 @@ class Summary:
         """``N done / M failed (#i: reason) / K refused / R running / X killed or never
         finished`` (interrupted jobs, when any, have their own count)."""
         failed = [j for j in self.jobs if j.status == "failed"]
-        reasons = "; ".join(f"{j.label}: {_first_line(j.reason)}" for j in failed[:5])
-        if len(failed) > 5:
-            reasons += f"; and {len(failed) - 5} more"
+        grouped: dict[str, list[str]] = {}
+        for job in failed:  # one entry per reason, naming every job it stopped
+            grouped.setdefault(_first_line(job.reason), []).append(job.label)
+        shown = list(grouped.items())
+        reasons = "; ".join(f"{', '.join(labels)}: {why}" for why, labels in shown[:5])
+        if len(shown) > 5:
+            reasons += f"; and {len(shown) - 5} more reasons"
         parts = [
             f"{self.count('done')} done",
             f"{len(failed)} failed" + (f" ({reasons})" if failed else ""),

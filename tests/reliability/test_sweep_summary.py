@@ -92,6 +92,7 @@ def test_every_state_is_counted_and_each_failure_named(tmp_path: Path) -> None:
     (tmp_path / "6").mkdir()
     (tmp_path / "6" / "art_hydra.log").write_text("started\n")  # killed before its record
     _job(tmp_path, 7, "interrupted", 0.1, reason="SIGINT")
+    _job(tmp_path, 8, "failed", reason="reward_s: the reward overran its bound")
     lock = RunLock(running)
     lock.acquire()
     try:
@@ -108,9 +109,11 @@ def test_every_state_is_counted_and_each_failure_named(tmp_path: Path) -> None:
         5: "killed",
         6: "no record",
         7: "interrupted",
+        8: "failed",
     }
     line = summary.counts_line()
-    assert line.startswith("2 done / 1 failed (#1: reward_s: the reward overran its bound) / ")
+    # One entry per reason, naming every job it stopped.
+    assert line.startswith("2 done / 2 failed (#1, #8: reward_s: the reward overran its bound) / ")
     assert "1 refused / 1 interrupted / 1 running / 2 killed or never finished" in line
     assert [j.job_num for j in summary.jobs[:2]] == [2, 0]  # only done jobs are ranked
     killed = next(j for j in summary.jobs if j.job_num == 5)
