@@ -61,7 +61,9 @@ def report_and_exit(exc: CompactHydraException) -> None:
 
 @hydra.main(config_path=config_path(), config_name=CONFIG_NAME, version_base="1.3")
 def hydra_main(cfg: DictConfig) -> Any:
-    """Hydra's task function: one job. Heavy imports happen inside ``train``."""
+    """Hydra's task function: one job. Heavy imports happen inside ``train``. Returns the
+    job's :class:`~art_hydra.result.RunResult`: a float (the objective) that an optimising
+    sweeper (Optuna, Ax, Nevergrad) reads, carrying the run's summary."""
     from hydra.core.hydra_config import HydraConfig
 
     from art_hydra.distributed import adopt_submitit_tasks
@@ -120,7 +122,12 @@ def _log_per_rank(job_name: str) -> None:
 def main() -> None:
     """Console-script entry: check first, then hand the same argv to Hydra. A stop
     signal before the training loop ends the command with one line and the shell's
-    status (:mod:`art_hydra.interrupts`), never a traceback."""
+    status (:mod:`art_hydra.interrupts`), never a traceback. ``art-hydra summarize
+    SWEEP_DIR`` summarises a sweep folder instead (:mod:`art_hydra.sweep_summary`)."""
+    if sys.argv[1:2] == ["summarize"]:
+        from art_hydra.sweep_summary import main as summarize
+
+        sys.exit(summarize(sys.argv[2:]))
     interrupts.exit_on_signals()
     try:
         _main()

@@ -151,6 +151,23 @@ class MetricsLog:
         self._samples.write(json.dumps({"step": step, "samples": samples}) + "\n")
         self._samples.flush()
 
+    def log_hparams(self, hparams: dict[str, Any], metric: str, value: float, step: int) -> None:
+        """Write the job's hyperparameters (its overrides) and its objective into this
+        run's own event folder, so TensorBoard's HParams view lists every job of a sweep
+        side by side (``add_hparams`` would open a second run folder per job)."""
+        if self._writer is None:
+            return
+        from torch.utils.tensorboard.summary import hparams as hparams_summary
+
+        tag = f"objective/{metric}"
+        experiment, start, end = hparams_summary(hparams, {tag: value})
+        writer = self._writer.file_writer
+        for summary in (experiment, start, end):
+            writer.add_summary(summary)
+        if math.isfinite(value):
+            self._writer.add_scalar(tag, value, step)
+        self._writer.flush()
+
     def close(self) -> None:
         if self._samples is not None:
             self._samples.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import shlex
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +26,17 @@ from art_hydra.config.problems import ConfigValidationError, errors
 from art_hydra.config.schema import AlgorithmName
 from art_hydra.config.trust import outside_code_report
 from art_hydra.errors import Interrupted, RunStopped, WriteError
+from art_hydra.result import (
+    DONE,
+    FAILED,
+    INTERRUPTED,
+    RESULT,
+    JobRecord,
+    RunResult,
+    hparams_of,
+    objective_value,
+    stop_reason,
+)
 
 log = logging.getLogger("art_hydra")
 
@@ -51,11 +63,14 @@ def default_run_dir() -> Path:
     return Path("outputs") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S-%f")
 
 
-def train(cfg: Any, run_dir: str | Path | None = None) -> dict[str, Any]:
-    """Validate ``cfg`` and train; returns a summary (steps, final metrics, paths).
+def train(cfg: Any, run_dir: str | Path | None = None) -> RunResult:
+    """Validate ``cfg`` and train; returns the run's objective as a float that carries
+    the summary (``result["steps"]``, ``result.final``, ``result.run_dir``): a value every
+    optimising sweeper (Optuna, Ax, Nevergrad) reads as the job's result.
 
     ``cfg`` may be a composed ``DictConfig``, a :class:`~art_hydra.config.schema.RunConfig`
-    or a plain mapping. With ``dry_run=true`` it prints the resolved config and returns.
+    or a plain mapping. With ``dry_run=true`` it prints the resolved config and returns
+    NaN with the summary ``{"dry_run": True}``.
     """
     from art_hydra.distributed import from_environment
     from art_hydra.preflight import busy_folder_problems, world_problems
@@ -69,23 +84,28 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> dict[str, Any]:
 
         detach_logs(folder)
         raise ConfigValidationError(busy, footer=_JOB_FOOTER)
-    cfg = validate(cfg, footer=_JOB_FOOTER)
-    # Rank 0 alone owns the run folder; the other ranks check everything else.
-    problems = world_problems(cfg, folder if world.is_main else None, trust_earlier_pass=True)
-    if errors(problems):
-        raise ConfigValidationError(problems, footer=_JOB_FOOTER)
+    try:
+        cfg = validate(cfg, footer=_JOB_FOOTER)
+        # Rank 0 alone owns the run folder; the other ranks check everything else.
+        problems = world_problems(cfg, folder if world.is_main else None, trust_earlier_pass=True)
+        if errors(problems):
+            raise ConfigValidationError(problems, footer=_JOB_FOOTER)
+    except ConfigValidationError as exc:
+        if world.is_main:
+            _record_refusal(folder, exc)
+        raise
     if cfg.dry_run:
         print(resolved_yaml(cfg))
         print(outside_code_report(cfg))
         print("dry run: the configuration is valid; nothing was trained.")
-        return {"dry_run": True}
+        return RunResult(float("nan"), {"dry_run": True})
     finished = _finished_run(cfg, folder)
     if finished is not None:
         return finished
     return run_validated(cfg, folder)
 
 
-def _finished_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
+def _finished_run(cfg: DictConfig, run_dir: Path) -> RunResult | None:
     """``resume=auto`` in a folder whose run reached ``trainer.max_steps``: nothing to
     train (a sweep continued skips its finished points). One line says so; the summary
     is the run's last metrics. None when there is something to train."""
@@ -101,13 +121,38 @@ def _finished_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
     records = read_metrics(run_dir) if (run_dir / run_files.METRICS).is_file() else []
     steps = step if step is not None else cfg.trainer.max_steps
     print(f"art_hydra: {run_dir} already finished ({steps} steps); skipped (resume=auto).")
-    return {
+    summary = {
         "run_dir": str(run_dir),
         "steps": steps,
         "final": records[-1] if records else {},
         "plot": None,
         "skipped": "finished",
     }
+    from art_hydra.config.objective import resolve
+
+    spec = resolve(cfg.objective, cfg.algorithm.name)
+    return RunResult(objective_value(spec, records), summary)
+
+
+def _record_refusal(folder: Path, exc: ConfigValidationError) -> None:
+    """A sweep's job refused by its own checks (a point its sweeper launched unchecked)
+    leaves ``result.json`` with ``refused`` and the report, so the sweep's summary names
+    it instead of counting a job that never finished. Only in the job folder Hydra made
+    for it, and never when a problem is about the folder itself (it may not be a run
+    folder at all)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from art_hydra.result import job_number, job_overrides, write_refused_result
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return
+    if not folder.is_dir() or any(p.key.startswith("hydra.") for p in exc.problems):
+        return
+    try:
+        write_refused_result(folder, job_overrides(), str(exc), job_number())
+    except OSError as error:
+        log.warning("could not write %s: %s", folder / RESULT, error)
 
 
 def build_trainer_and_producer(cfg: DictConfig, world: Any = None) -> tuple[Any, Any]:
@@ -147,7 +192,7 @@ def build_trainer_and_producer(cfg: DictConfig, world: Any = None) -> tuple[Any,
     return trainer, producer
 
 
-def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[str, Any]:
+def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> RunResult:
     """The run itself, for a config that :func:`train` has validated.
 
     Public only so tests can drive a configuration the validators would reject (the
@@ -183,13 +228,22 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
             f"or choose another folder ({folder_key()}=...)"
         ) from None
     distributed.write_status(world, "running")
+    # Rank 0 keeps the job's result.json: "running" while it holds the lock.
+    record = JobRecord(run_dir, cfg) if world.is_main else None
     try:
         # Hydra's record of this job becomes the folder's .hydra only now, under the lock.
         adopt_hydra_record() if world.is_main else discard_hydra_record()
+        if record is not None:
+            record.start()
         with stop_on_signals() as stop:
-            summary = _train_locked(cfg, run_dir, stop, world)
+            summary = _train_locked(cfg, run_dir, stop, world, record)
+        value = _finish_record(record, DONE, None)
     except BaseException as exc:
         distributed.write_status(world, f"failed: {type(exc).__name__}: {exc}".splitlines()[0])
+        status, reason = stop_reason(exc)
+        if status == FAILED:
+            _in_log_files(f"art_hydra: the run failed: {reason}", logging.ERROR)
+        _finish_record(record, status, reason)
         if world.enabled and not isinstance(exc, (RunStopped, KeyboardInterrupt)):
             raise distributed.failure(world, "training", exc, cfg.distributed.timeout_s) from exc
         raise
@@ -197,7 +251,32 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> dict[st
         lock.release()
     distributed.write_status(world, "done")
     distributed.teardown(world)
-    return summary
+    return RunResult(value, summary)
+
+
+def _finish_record(record: JobRecord | None, status: str, reason: str | None) -> float:
+    """Write the job's end state into result.json (rank 0; others have no record) and
+    return its objective. A record that cannot be written (a full disk) is logged: it
+    must not hide the run's own outcome."""
+    if record is None:
+        return float("nan")
+    try:
+        value, written = record.finish(status, reason)
+    except Exception as exc:
+        log.warning("could not write %s: %s", record.run_dir / RESULT, exc)
+        return float("nan")
+    spec = record.spec
+    shown = "none logged" if written["objective"]["value"] is None else f"{value:.6g}"
+    log.info(
+        "result.json: %s; objective %s = %s (%s over the last %d logged step(s), %s)",
+        status,
+        spec.metric,
+        shown,
+        spec.reduce,
+        spec.window,
+        spec.direction,
+    )
+    return value
 
 
 class _Ranked:
@@ -235,7 +314,9 @@ class _Ranked:
         self.producer.load_state_dict(own, plain["ranks"][self.world.rank])
 
 
-def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict[str, Any]:
+def _train_locked(
+    cfg: DictConfig, run_dir: Path, stop: Any, world: Any, record: JobRecord | None = None
+) -> dict[str, Any]:
     # ---- setup -----------------------------------------------------------------------
     import random
 
@@ -284,6 +365,8 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
         changed = run_folder.differences(saved, cfg) if saved is not None else []
         if world.is_main:
             run_folder.record_resume(run_dir, start_step, changed)
+        if record is not None:
+            record.steps = start_step
     # What this invocation adds to the folder: removed again if it stops before its
     # first checkpoint, so the printed command can start the run afresh there.
     records = _Records(run_dir, fresh=not resuming and world.is_main)
@@ -405,6 +488,8 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
                     f"writing the run's record failed at step {step}: {exc}. "
                     + _resume_hint(run_dir, saved_step)
                 ) from exc
+            if record is not None:
+                record.steps = step
             if checkpoints.due(step, cfg.trainer.max_steps) or stopping():
                 save(step)
                 saved_step = step
@@ -422,6 +507,7 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
     # ---- cleanup ---------------------------------------------------------------------
     finally:
         channel.close()
+        _log_hparams(metrics, record, stop.requested)
         metrics.close()
     if _can_keep(failure, finished, handed, trainer.step, saved_step):
         assert finished is not None
@@ -446,11 +532,33 @@ def _train_locked(cfg: DictConfig, run_dir: Path, stop: Any, world: Any) -> dict
         "steps": trainer.step,
         "final": last,
         "plot": str(plot) if plot else None,
+        "status": DONE,
+        "objective": record.spec.as_dict() if record is not None else None,
     }
     if last and world.is_main:
         shown = f"reward {last['reward_mean']:.3f}" if is_rl else f"loss {last['loss']:.4f}"
         print(f"art_hydra: {trainer.step} steps, final {shown}; outputs in {run_dir}")
     return summary
+
+
+def _log_hparams(metrics: Any, record: JobRecord | None, stopped: bool) -> None:
+    """The job's overrides and objective as TensorBoard hparams, also for a run that
+    fails or is stopped (its status is one of the hparams). Never raises: the run's own
+    outcome matters more than its TensorBoard summary."""
+    from art_hydra.metrics import MetricsLog, read_metrics
+
+    if record is None or not isinstance(metrics, MetricsLog):
+        return
+    failing = sys.exc_info()[0] is not None
+    status = INTERRUPTED if stopped else FAILED if failing else DONE
+    try:
+        rows = read_metrics(record.run_dir)
+        value = objective_value(record.spec, rows)
+        hparams = {**hparams_of(record.overrides), "status": status}
+        step = rows[-1]["step"] if rows else 0
+        metrics.log_hparams(hparams, record.spec.metric, value, step)
+    except Exception as exc:
+        log.warning("could not write the TensorBoard hparams: %s", exc)
 
 
 class NoRecord:
@@ -640,10 +748,11 @@ def _whole_sweep() -> str:
     return f"\nContinue the whole sweep with:\n  {command}" if command else ""
 
 
-def _in_log_files(message: str) -> str:
-    """Also write a stop's message to the job's log files (``<job>.log`` in the run
-    folder): after SIGHUP the terminal that would show it is gone."""
-    record = logging.LogRecord("art_hydra", logging.WARNING, __file__, 0, message, None, None)
+def _in_log_files(message: str, level: int = logging.WARNING) -> str:
+    """Also write a stop's (or a failure's) message to the job's log files (``<job>.log``
+    in the run folder): after SIGHUP the terminal that would show it is gone, and a
+    sweep's job folder must say why the job failed."""
+    record = logging.LogRecord("art_hydra", level, __file__, 0, message, None, None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             with contextlib.suppress(Exception):

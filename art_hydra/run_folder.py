@@ -203,7 +203,7 @@ def linked_entries(run_dir: Path, checkpoint_dir: str) -> list[str]:
     a file belongs, a FIFO): the run would write through them."""
     found = []
     folders = {HYDRA_RECORD, TENSORBOARD, RANKS}
-    for name in (LOCK, RUN_CONFIG, RESUMES, METRICS, COMPLETIONS, *PLOTS):
+    for name in (LOCK, RUN_CONFIG, RESUMES, METRICS, COMPLETIONS, RESULT, *PLOTS):
         if entry_kind(run_dir / name) not in (None, "file"):
             found.append(name)
     for name in folders:

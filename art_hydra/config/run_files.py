@@ -27,6 +27,8 @@ LOSS_PLOT = "loss.png"
 PLOTS = (REWARD_PLOT, LOSS_PLOT)
 #: The job's outcome (running, done, failed, interrupted, refused) and objective.
 RESULT = "result.json"
+#: A sweep's ranked summary of its jobs, written into the sweep folder.
+SWEEP_SUMMARY = ("summary.csv", "summary.md")
 #: The lock a training run holds on its folder.
 LOCK = "run.lock"
 #: Each rank's status file, read by the others when a collective stalls.
@@ -38,7 +40,13 @@ HYDRA_RECORD = ".hydra"
 #: folder then never touches the ``.hydra/`` of the run that holds it.
 PENDING_PREFIX = ".hydra-pending-"
 #: A sweep's own files, where a job's folder is the sweep folder (hydra.sweep.subdir='').
-SWEEP_FILES = ("multirun.yaml", ".submitit")
+SWEEP_FILES = (
+    "multirun.yaml",
+    ".submitit",
+    "optimization_results.yaml",
+    *SWEEP_SUMMARY,
+    *(f".{name}.*.tmp" for name in SWEEP_SUMMARY),
+)
 
 #: A checkpoint folder is ``step-<n>`` (n >= 0, at least 6 digits).
 CHECKPOINT_PREFIX = "step-"

@@ -104,6 +104,25 @@ class TaskSource(Enum):
     jsonl = "jsonl"
 
 
+class ObjectiveReduce(Enum):
+    """How the objective's metric is reduced over the last ``objective.window`` logged steps."""
+
+    last = "last"
+    mean = "mean"
+    max = "max"
+    min = "min"
+
+
+class ObjectiveDirection(Enum):
+    """Whether a larger or a smaller objective is better; ``auto`` minimises loss-like
+    metrics (loss, kl, grad_norm, clip_fraction, zero_std_groups, step_time_s) and
+    maximises the others."""
+
+    auto = "auto"
+    maximize = "maximize"
+    minimize = "minimize"
+
+
 class ModelSource(Enum):
     """Where the weights come from: a pretrained checkpoint, or a tiny model built locally."""
 
@@ -593,6 +612,42 @@ class LoggingConfig:
 
 
 @dataclass
+class ObjectiveConfig:
+    """The one number a job returns to a sweeper that optimises (Optuna, Ax, Nevergrad),
+    ranks the sweep summary by and records in result.json."""
+
+    metric: str = setting(
+        "auto",
+        nonempty=True,
+        help=(
+            "Logged metric to optimise (a metrics.jsonl key, e.g. reward_mean, loss); auto: "
+            "reward_mean under algorithm=rl, loss under algorithm=sft."
+        ),
+        resume=MAY_CHANGE,
+    )
+    reduce: ObjectiveReduce = setting(
+        ObjectiveReduce.last,
+        help="How the metric's last objective.window logged values become one number.",
+        resume=MAY_CHANGE,
+    )
+    window: int = setting(
+        1,
+        ge=1,
+        why="the objective reduces at least the last logged value.",
+        help="Logged steps (the last ones) the reduce runs over.",
+        resume=MAY_CHANGE,
+    )
+    direction: ObjectiveDirection = setting(
+        ObjectiveDirection.auto,
+        help=(
+            "Whether larger or smaller is better (the summary's ranking; set an optimising "
+            "sweeper's own direction to match, e.g. hydra.sweeper.direction=maximize)."
+        ),
+        resume=MAY_CHANGE,
+    )
+
+
+@dataclass
 class RunConfig:
     """A whole run: every section plus the run-level switches."""
 
@@ -621,6 +676,9 @@ class RunConfig:
     task: TaskConfig = section(TaskConfig, help="Training data and reward.")
     checkpoint: CheckpointConfig = section(CheckpointConfig, help="Checkpointing.")
     logging: LoggingConfig = section(LoggingConfig, help="Metrics, TensorBoard and plots.")
+    objective: ObjectiveConfig = section(
+        ObjectiveConfig, help="The number a job returns to a sweeper and its summary ranks by."
+    )
     seed: int = setting(
         42,
         ge=-(2**63),

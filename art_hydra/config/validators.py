@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 
 from art_hydra.config import run_files
 from art_hydra.config.fields import default
+from art_hydra.config.objective import AUTO_METRIC, logged_metrics
 from art_hydra.config.problems import Kind, Problem, Severity, fix
 from art_hydra.config.registry import validator
 from art_hydra.config.schema import (
@@ -407,6 +408,63 @@ def warmup_within_the_run(cfg: DictConfig) -> Iterator[Problem]:
             f"is not shorter than the run (trainer.max_steps={t.max_steps}): the learning rate "
             "never reaches trainer.learning_rate.",
             fix({"trainer.warmup_steps": t.max_steps // 10}),
+        )
+
+
+@validator
+def objective_names_a_logged_metric(cfg: DictConfig) -> Iterator[Problem]:
+    """The objective a sweeper optimises must be a metric this algorithm logs: any other
+    name would give every job the same NaN, and the sweeper would learn nothing."""
+    metric = cfg.objective.metric
+    if metric == "auto":
+        return
+    algorithm = cfg.algorithm.name
+    valid = logged_metrics(algorithm)
+    if metric in valid:
+        return
+    other = next(a for a in AlgorithmName if a != algorithm)
+    why = (
+        f"algorithm={algorithm.name} does not log it"
+        + (
+            f" (only algorithm={other.name} does)"
+            if metric in logged_metrics(other)
+            else " (it is no metric of metrics.jsonl)"
+        )
+        + f"; the metrics it logs are {', '.join(valid)}."
+    )
+    yield Problem(
+        "objective.metric",
+        metric,
+        f"names no metric this run logs: {why} Every job would return NaN to the sweeper.",
+        fix(
+            {"objective.metric": "auto"},
+            f"{AUTO_METRIC[algorithm]} under algorithm={algorithm.name}",
+            alt=fix(note=f"objective.metric=<one of {', '.join(valid)}>"),
+        ),
+    )
+
+
+@validator
+def objective_window_within_the_run(cfg: DictConfig) -> Iterator[Problem]:
+    """A window longer than the run's logged steps reduces fewer values than asked."""
+    logged = cfg.trainer.max_steps // cfg.logging.every_steps
+    window = cfg.objective.window
+    if logged == 0:
+        yield _warning(
+            "logging.every_steps",
+            cfg.logging.every_steps,
+            f"is longer than the run (trainer.max_steps={cfg.trainer.max_steps}): no step is "
+            "logged, so the run's objective (what a sweeper optimises) is NaN.",
+            fix({"logging.every_steps": cfg.trainer.max_steps}),
+        )
+    elif window > logged:
+        yield _warning(
+            "objective.window",
+            window,
+            f"is longer than the {logged} step(s) the run logs (trainer.max_steps="
+            f"{cfg.trainer.max_steps}, logging.every_steps={cfg.logging.every_steps}): the "
+            "objective reduces all of them.",
+            fix({"objective.window": logged}),
         )
 
 

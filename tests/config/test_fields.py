@@ -155,6 +155,7 @@ def test_resume_rules_and_legacy_values_are_those_the_run_folder_always_used() -
         "checkpoint.every_steps",
         "checkpoint.keep_last",
         "logging.*",
+        "objective.*",
         "dry_run",
         "resume",
         "strict",

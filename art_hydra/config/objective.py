@@ -1,0 +1,108 @@
+"""What a run's objective may name: the metrics each algorithm logs, and how ``auto``
+resolves (metric and direction).
+
+A sweeper that optimises (Optuna, Ax, Nevergrad) reads one number per job: the
+``objective`` section chooses it from the run's logged metrics. The catalogue lives in
+the config layer, so the validator that refuses a metric an algorithm never logs reads
+the same list as the run that computes the value (a test checks the catalogue against
+the keys a real run writes to ``metrics.jsonl``). Plain Python, on the compose path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from art_hydra.config.schema import AlgorithmName, ObjectiveDirection, ObjectiveReduce
+
+#: Every metric a step's record holds (``metrics.jsonl``), in the order it is written.
+STEP_METRICS = (
+    "reward_mean",
+    "reward_std",
+    "loss",
+    "grad_norm",
+    "learning_rate",
+    "kl",
+    "entropy",
+    "clip_fraction",
+    "zero_std_groups",
+    "completion_length",
+    "real_token_share",
+    "tokens_per_s",
+    "step_time_s",
+)
+
+#: What SFT writes as null (no rollouts, no rewards) or as a constant 0 (no reference
+#: policy, no clipped ratio): nothing an objective could compare.
+_NOT_IN_SFT = frozenset(
+    {"reward_mean", "reward_std", "zero_std_groups", "completion_length", "kl", "clip_fraction"}
+)
+
+#: The metrics where lower is better; ``direction=auto`` maximises every other one.
+LOWER_IS_BETTER = frozenset(
+    {"loss", "kl", "grad_norm", "clip_fraction", "zero_std_groups", "step_time_s"}
+)
+
+#: ``metric=auto`` under each algorithm.
+AUTO_METRIC = {AlgorithmName.rl: "reward_mean", AlgorithmName.sft: "loss"}
+
+
+def logged_metrics(algorithm: AlgorithmName) -> tuple[str, ...]:
+    """The metrics ``algorithm`` logs with a value an objective can compare."""
+    if algorithm == AlgorithmName.sft:
+        return tuple(m for m in STEP_METRICS if m not in _NOT_IN_SFT)
+    return STEP_METRICS
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """The objective of one run, with ``auto`` resolved: plain values, as result.json
+    records them."""
+
+    metric: str
+    reduce: str
+    window: int
+    direction: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "reduce": self.reduce,
+            "window": self.window,
+            "direction": self.direction,
+        }
+
+
+def _name(value: Any) -> str:
+    return value.name if hasattr(value, "name") else str(value)
+
+
+def resolve(objective: Any, algorithm: Any) -> ObjectiveSpec:
+    """The objective section (``cfg.objective``) of a run of ``algorithm``, with
+    ``metric=auto`` (reward_mean for RL, loss for SFT) and ``direction=auto`` (minimise
+    :data:`LOWER_IS_BETTER`, maximise the rest) resolved."""
+    algo = algorithm if isinstance(algorithm, AlgorithmName) else AlgorithmName(_name(algorithm))
+    metric = str(objective.metric)
+    if metric == "auto":
+        metric = AUTO_METRIC[algo]
+    direction = _name(objective.direction)
+    if direction == ObjectiveDirection.auto.name:
+        lower = metric in LOWER_IS_BETTER
+        direction = (ObjectiveDirection.minimize if lower else ObjectiveDirection.maximize).name
+    return ObjectiveSpec(metric, _name(objective.reduce), int(objective.window), direction)
+
+
+def reduce_values(values: list[float], how: str) -> float:
+    """``values`` (oldest first) reduced as ``objective.reduce`` says; NaN when empty."""
+    if not values:
+        return float("nan")
+    if how == ObjectiveReduce.last.name:
+        return values[-1]
+    if how == ObjectiveReduce.mean.name:
+        return sum(values) / len(values)
+    if how == ObjectiveReduce.max.name:
+        return max(values)
+    if how == ObjectiveReduce.min.name:
+        return min(values)
+    names = [r.name for r in ObjectiveReduce]
+    raise ValueError(f"objective.reduce={how!r}: expected one of {names}")
