@@ -158,6 +158,10 @@ def _main() -> None:
     register_sweeper()  # after the check: Hydra's plugin scan imports every launcher
     wrap_launchers()
     hydra_main()
+    from hydra_plugins.art_hydra_preflight.preflight_launcher import PreflightLauncher
+
+    if PreflightLauncher.current is not None:  # a sweep: its summary, its exit status
+        PreflightLauncher.current.finish()
 
 
 def _print_schema(argv: list[str]) -> None:

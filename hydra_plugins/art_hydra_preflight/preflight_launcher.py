@@ -16,7 +16,6 @@ which are then launched again.
 
 # No `from __future__ import annotations`: Hydra's plugin scan executes this module
 # before registering it in sys.modules (see preflight_sweeper.py).
-import json
 import logging
 import math
 import os
@@ -51,7 +50,11 @@ class Refused(float):
 class PreflightLauncher(Launcher):
     """The configured launcher, behind a pre-flight of every point it is given."""
 
+    #: The launcher of this process's sweep (the command summarises it when Hydra returns).
+    current: "PreflightLauncher | None" = None
+
     def __init__(self, inner: Launcher) -> None:
+        PreflightLauncher.current = self
         self.inner = inner
         self.config: DictConfig | None = None
         self.hydra_context: Any = None
@@ -70,6 +73,20 @@ class PreflightLauncher(Launcher):
             refuse_a_used_sweep_folder(config)
             self.check_search_space()
 
+    def finish(self) -> None:
+        """After a sweep whose sweeper is not art_hydra's: the summary of its folder, and
+        exit status 1 if a launched job failed (refused points are part of a study)."""
+        from art_hydra.sweep_summary import finish_sweep
+
+        if self.config is None or "art_hydra_preflight" in _target(self.config.hydra.sweeper):
+            return
+        sys.stdout.write(finish_sweep(str(self.config.hydra.sweep.dir)).rstrip() + "\n")
+        failed = sorted(n for n, why in self.outcomes.items() if not why.startswith("refused"))
+        if failed:
+            from hydra_plugins.art_hydra_preflight.reports import _fail
+
+            _fail(f"{len(failed)} job(s) of the sweep did not finish: {_numbers(failed)}.")
+
     def check_search_space(self) -> None:
         """Before a sweeper that draws points as it goes starts its study: the fixed
         overrides must run, and so must some combination of the finite dimensions
@@ -79,6 +96,9 @@ class PreflightLauncher(Launcher):
         from hydra_plugins.art_hydra_preflight.reports import _fail, _sweep_report
 
         assert self.config is not None
+        mismatch = direction_mismatch(self.config)
+        if mismatch:
+            log.warning(mismatch)
         fixed, dims = search_space(self.config)
         combos = _combinations(dims)
         if combos is None:
@@ -96,7 +116,7 @@ class PreflightLauncher(Launcher):
         invalid = [(i, points[i], p) for i, p in enumerate(checked) if errors(p)]
         if not invalid:
             return
-        report = _sweep_report(invalid, len(points), "combination of the search space")
+        report = _sweep_report(invalid, len(points), "combination", " of the search space")
         if len(invalid) == len(points):
             _fail(
                 f"{report}\nNo combination of the search space can run; the study was not started."
@@ -229,6 +249,29 @@ class PreflightLauncher(Launcher):
         return again
 
 
+def direction_mismatch(config: DictConfig) -> str | None:
+    """A sweeper told to go the other way than the objective (maximising a loss)."""
+    wanted = OmegaConf.select(config, "hydra.sweeper.direction", default=None)
+    if wanted is None or OmegaConf.is_list(wanted):
+        return None
+    from art_hydra.config.objective import resolve
+
+    try:
+        spec = resolve(config.objective, config.algorithm.name)
+    except Exception:
+        return None
+    wanted = str(getattr(wanted, "name", wanted)).lower()
+    if wanted.endswith(spec.direction):
+        return None
+    return (
+        f"hydra.sweeper.direction={wanted} but the objective {spec.metric} is better when "
+        f"it is {'lower' if spec.direction == 'minimize' else 'higher'} "
+        f"(objective.direction resolves to {spec.direction}): the study would search for "
+        f"the worst runs. Fix: hydra.sweeper.direction={spec.direction}, or choose "
+        "objective.metric / objective.direction."
+    )
+
+
 #: The most combinations of the finite dimensions checked before a study starts.
 MAX_COMBINATIONS = 10_000
 
@@ -353,16 +396,10 @@ def _record_return(point: list[str], status: str) -> JobReturn:
 
 def _record_refusal(folder: str, num: int, point: list[str], problems: list[Problem]) -> None:
     """The refused point's folder records why it never ran (nothing else is written)."""
-    try:
-        from art_hydra.sweep_summary import write_refused_result  # the results module's format
-    except ImportError:
-        write_refused_result = None
-    text = format_report(errors(problems), header=f"Point #{num} was not launched:", footer=None)
-    if write_refused_result is not None:
-        write_refused_result(folder, point, text, num)
-        return
-    from art_hydra.run_folder import write_atomic
+    from art_hydra.result import write_refused_result
 
-    os.makedirs(folder, exist_ok=True)
-    record = {"status": "refused", "reason": text, "overrides": point, "job": num}
-    write_atomic(Path(folder) / "result.json", json.dumps(record, indent=2) + "\n")
+    text = format_report(errors(problems), header=f"Point #{num} was not launched:", footer=None)
+    try:
+        write_refused_result(folder, point, text, num)
+    except OSError as exc:
+        log.warning("could not record the refusal of point #%d in %s: %s", num, folder, exc)

@@ -121,6 +121,9 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         returns = self._launch(valid, points)
+        from art_hydra.sweep_summary import finish_sweep
+
+        sys.stdout.write(finish_sweep(sweep_dir).rstrip() + "\n")
         self._report_failures(points)
         return returns
 
@@ -146,17 +149,12 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
         return returns
 
     def _report_failures(self, points: list[list[str]]) -> None:
-        """Name every job that did not finish, with its reason; exit 1 if any failed."""
+        """Exit 1 if a job failed or was killed (the summary above names each, with why)."""
         outcomes = getattr(self.launcher, "outcomes", {})
-        failed = {n: why for n, why in outcomes.items() if not why.startswith("refused")}
-        if not failed:
-            return
-        lines = [f"{len(failed)} job(s) of the sweep did not finish:"]
-        lines += [
-            f"  #{n} ({' '.join(points[n]) if n < len(points) else ''}): {why}"
-            for n, why in sorted(failed.items())
-        ]
-        _fail("\n".join(lines))
+        failed = sorted(n for n, why in outcomes.items() if not why.startswith("refused"))
+        if failed:
+            numbers = ", ".join(f"#{n}" for n in failed)
+            _fail(f"{len(failed)} job(s) of the sweep did not finish: {numbers}.")
 
     def _batches(self, valid: list[int], points: list[list[str]]) -> list[tuple[int, list[Any]]]:
         """Runs of consecutive point numbers, at most ``max_batch_size`` long: a launcher

@@ -38,11 +38,14 @@ LISTED_POINTS = 20
 
 
 def _sweep_report(
-    invalid: list[tuple[int, list[str], list[Problem]]], total: int, noun: str = "sweep point"
+    invalid: list[tuple[int, list[str], list[Problem]]],
+    total: int,
+    noun: str = "sweep point",
+    of: str = "",
 ) -> str:
     """The invalid points, then each distinct problem once, with the points it stops."""
     head = "Point" if noun == "sweep point" else noun.split()[0].capitalize()
-    parts = [f"Pre-flight: {len(invalid)} of {total} {noun}(s) cannot run."]
+    parts = [f"Pre-flight: {len(invalid)} of {total} {noun}(s){of} cannot run."]
     parts += [
         f"{head} #{index}: {' '.join(point) or '(no overrides)'}"
         for index, point, _ in invalid[:LISTED_POINTS]

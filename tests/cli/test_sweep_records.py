@@ -119,9 +119,7 @@ def test_an_optuna_study_optimises_the_returned_objective(cli, tmp_path: Path) -
     sweep = tmp_path / "study"
     proc = cli(
         "-m",
-        "hydra/sweeper=optuna",
-        # The sweeper's sampler is instantiated by Hydra: named on the command line, trusted.
-        "hydra.sweeper.sampler._target_=optuna.samplers.TPESampler",
+        "hydra/sweeper=optuna",  # its own sampler's _target_ comes with it, trusted
         "hydra.sweeper.sampler.seed=1",
         "hydra.sweeper.n_trials=3",
         "hydra.sweeper.direction=maximize",
@@ -144,3 +142,40 @@ def test_an_optuna_study_optimises_the_returned_objective(cli, tmp_path: Path) -
     best = float(re.search(r"Best value: (\S+)", out).group(1))
     assert best == max(values)
     assert finish_sweep(sweep).splitlines()[-2].startswith(f"Best: #{values.index(best)} ")
+
+
+@pytest.mark.slow
+def test_an_optuna_study_with_invalid_points_refuses_them_and_goes_on(
+    cli, tmp_path: Path
+) -> None:
+    sweep = tmp_path / "study"
+    proc = cli(
+        "-m",
+        "hydra/sweeper=optuna",
+        "hydra.sweeper.sampler.seed=3",
+        "hydra.sweeper.n_trials=6",
+        "hydra.sweeper.direction=maximize",
+        "trainer.max_steps=1",
+        *SMALL,
+        # Half the space cannot run: RL with accumulation (the founding rule).
+        "trainer.gradient_accumulation_steps=choice(1,2)",
+        "rl.temperature=interval(0.7,1.2)",
+        f"hydra.sweep.dir={sweep}",
+    )
+    out = output_of(proc)
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out
+    # Named before the study, grouped by problem.
+    assert "combination(s) of the search space cannot run" in out
+    records = {int(p.parent.name): _result(p.parent) for p in sweep.glob("*/result.json")}
+    assert len(records) == 6
+    refused = {n for n, r in records.items() if r["status"] == "refused"}
+    done = {n for n, r in records.items() if r["status"] == "done"}
+    assert refused and done and refused | done == set(records)
+    for num in refused:  # never launched: no Hydra record, no metrics
+        assert "trainer.gradient_accumulation_steps=2" in records[num]["overrides"]
+        assert not (sweep / str(num) / ".hydra").exists()
+        assert not (sweep / str(num) / "metrics.jsonl").exists()
+    best = float(re.search(r"Best value: (\S+)", out).group(1))
+    assert best == max(records[n]["objective"]["value"] for n in done)
+    assert f"{len(done)} done / 0 failed / {len(refused)} refused" in out
