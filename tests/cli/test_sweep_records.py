@@ -179,3 +179,48 @@ def test_an_optuna_study_with_invalid_points_refuses_them_and_goes_on(
     best = float(re.search(r"Best value: (\S+)", out).group(1))
     assert best == max(records[n]["objective"]["value"] for n in done)
     assert f"{len(done)} done / 0 failed / {len(refused)} refused" in out
+
+
+KILLER = '''
+import os, signal
+
+from art_hydra import reward
+
+
+@reward
+def dies(prompt, completion, answer):
+    """Ends its own process, as the OOM killer would."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    return 0.0
+'''
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_named_and_the_points_it_never_started_still_run(
+    cli, tmp_path: Path
+) -> None:
+    (tmp_path / "killer.py").write_text(KILLER)
+    sweep = tmp_path / "sweep"
+    exact = "art_hydra.tasks.rewards.exact_match"
+    proc = cli(
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",  # loky worker processes (1 would run jobs in this one)
+        "trainer.max_steps=1",
+        *SMALL,
+        f"task.reward._target_={exact},killer.dies,{exact},{exact}",
+        f"hydra.sweep.dir={sweep}",
+        env={"PYTHONPATH": str(tmp_path)},
+        timeout=300,
+    )
+    out = output_of(proc)
+    assert proc.returncode == 1, out
+    assert "TerminatedWorkerError" not in out and "Traceback" not in out
+    found = re.search(r"Job\(s\) it was running: ([^;]*);.*launching them again: ([^.]*)\.", out)
+    assert found, out
+    running = set(re.findall(r"#(\d+)", found.group(1)))
+    assert "1" in running
+    for num in range(4):  # every point either ran to the end or is named as killed
+        status = _result(sweep / str(num))["status"] if (sweep / str(num)).is_dir() else None
+        assert status == "done" or str(num) in running, (num, status, out)
+    assert "job(s) of the sweep did not finish: #1" in out
