@@ -145,9 +145,7 @@ def test_an_optuna_study_optimises_the_returned_objective(cli, tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_an_optuna_study_with_invalid_points_refuses_them_and_goes_on(
-    cli, tmp_path: Path
-) -> None:
+def test_an_optuna_study_with_invalid_points_refuses_them_and_goes_on(cli, tmp_path: Path) -> None:
     sweep = tmp_path / "study"
     proc = cli(
         "-m",
