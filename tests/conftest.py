@@ -47,6 +47,25 @@ def tier_of(item: pytest.Item) -> str:
     return FOLDER_TIERS[folder]
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads its options
+def pytest_configure(config: pytest.Config) -> None:
+    """``pytest -m fast`` spreads over every core when pytest-xdist is installed: the
+    tier is mostly CLI subprocesses, independent of each other (``-n 0`` keeps one
+    process; any ``-n`` given wins). Other tiers run in one process: training tests
+    would take turns on the same cores and their signal tests time steps."""
+    if config.getoption("markexpr", "") != "fast" or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if not config.pluginmanager.hasplugin("xdist") or config.getoption("numprocesses", None):
+        return
+    if config.getoption("numprocesses", None) == 0 or config.getoption("collectonly"):
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if (cores or 1) > 1:
+        config.option.numprocesses = cores
+        config.option.tx = ["popen"] * cores
+        config.option.dist = "load"
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by mark
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Give every test its tier, so ``pytest -m fast`` (or model, slow, dist) selects it."""

@@ -64,7 +64,7 @@ def test_random_override_lists_compose_exactly_as_hydra_composes_them() -> None:
     ours = hydra_compat.make_loader(config_path())
     theirs = _hydra_loader()
     experiments = _experiments() or ["tiny_sft_reverse"]
-    for _ in range(25):
+    for _ in range(15):
         picked = [rng.choice(g) for g in GROUPS if rng.random() < 0.5]
         picked = [
             f"experiment={rng.choice(experiments)}" if p.startswith("experiment") else p

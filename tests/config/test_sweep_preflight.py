@@ -71,14 +71,14 @@ def test_random_points_get_the_verdict_of_full_composition(
     fast, full = PointChecker(loader, master, hand), PointChecker(loader, master, hand)
     points = [
         rng.sample(VALUES, rng.randint(0, 3)) + rng.sample(GROUPS, rng.randint(0, 1))
-        for _ in range(60)
+        for _ in range(30)
     ]
     for number, point in enumerate(points):
         rng.shuffle(point)
         expected = full.full(point, number)
         assert _fields(fast.problems(point, number)) == _fields(expected.problems), point
         assert fast.run_dirs[number] == expected.run_dir, point
-    assert fast.fast >= 10  # the plain ones went the fast way
+    assert fast.fast >= 5  # the plain ones went the fast way
 
 
 def test_a_grid_of_values_goes_the_fast_way_with_one_composition_per_group(tmp_path) -> None:
