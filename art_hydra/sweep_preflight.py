@@ -42,7 +42,7 @@ from art_hydra.config.composition import (
     settle,
 )
 from art_hydra.config.fields import info_of
-from art_hydra.config.problems import Problem
+from art_hydra.config.problems import Kind, Problem, fix
 from art_hydra.config.structure import HYDRA_KEY, fit
 from art_hydra.config.trust import Hand, by_hand, trust_problems
 from art_hydra.preflight import (
@@ -89,6 +89,7 @@ class PointChecker:
         hand: Hand | None,
         *,
         devices_here: bool = True,
+        fast_way: bool = True,
     ) -> None:
         search_path = getattr(loader, "config_search_path", None)
         if not hasattr(loader, "parse") and search_path is not None:
@@ -97,25 +98,49 @@ class PointChecker:
         self.master = master
         self.hand = hand
         self.devices_here = devices_here
+        self.fast_way = fast_way
         self.fixed = hydra_compat.raw_list(master.hydra.overrides.hydra)
         self._bases: dict[tuple[str, ...], _Base | None] = {}
         #: How many points took the fast way (the rest: full composition).
         self.fast = 0
         #: Job number -> the folder it runs in, for every point checked.
         self.run_dirs: dict[int, str] = {}
+        self._owners: dict[str, int] = {}
 
     # ---- the two ways ------------------------------------------------------------
 
     def problems(self, point: list[str], job_num: int) -> list[Problem]:
-        """Every problem of ``point`` as job ``job_num``: composition, config, world."""
-        found = self._fast(point, job_num)
+        """Every problem of ``point`` as job ``job_num``: composition, config, world, and
+        a folder another point of the sweep already runs in."""
+        found = self._fast(point, job_num) if self.fast_way else None
         if found is None:
             result = self.full(point, job_num)
             if result.run_dir is not None:
                 self.run_dirs[job_num] = result.run_dir
-            return result.problems
-        self.fast += 1
-        return found
+            found = result.problems
+        else:
+            self.fast += 1
+        return found + self._shared_folder(job_num)
+
+    def _shared_folder(self, job_num: int) -> list[Problem]:
+        """Two jobs of one sweep in one folder would mix one run's files with another's."""
+        folder = self.run_dirs.get(job_num)
+        if folder is None:
+            return []
+        owner = self._owners.setdefault(folder, job_num)
+        if owner == job_num:
+            return []
+        subdir = hydra_compat.raw_value(self.master.hydra.sweep, "subdir")
+        return [
+            Problem(
+                "hydra.sweep.subdir",
+                subdir,
+                f"gives points #{owner} and #{job_num} the same folder ({folder}): "
+                "two jobs would write one run folder.",
+                fix({"hydra.sweep.subdir": "${hydra.job.num}"}, "a folder per job"),
+                Kind.world,
+            )
+        ]
 
     def full(self, point: list[str], job_num: int) -> Composition:
         """Full composition of one point, as the job will compose it."""
@@ -128,6 +153,14 @@ class PointChecker:
     # ---- the fast way -------------------------------------------------------------
 
     def _fast(self, point: list[str], job_num: int) -> list[Problem] | None:
+        """The point's problems the fast way, or None where only full composition can
+        tell (any surprise on the way, too: the full way then reports it)."""
+        try:
+            return self._fast_way(point, job_num)
+        except Exception:
+            return None
+
+    def _fast_way(self, point: list[str], job_num: int) -> list[Problem] | None:
         parse = getattr(self.loader, "parse", None)
         if parse is None:
             return None
@@ -202,8 +235,9 @@ class PointChecker:
         """Whether the trust check refuses the point (then the full way reports it). The
         check reads a few run-config keys and the ``hydra`` node, which a point of the fast
         way does not change: its verdict is shared by every point that sets those keys
-        alike, unless the ``hydra`` node reads run-config values."""
-        if base.hydra_reads_run:
+        alike, unless the ``hydra`` node reads run-config values or one of those keys is
+        an interpolation."""
+        if base.hydra_reads_run or any(k.startswith(_TRUST) for k in base.interpolated):
             return bool(trust_problems(composed, self.hand, base.chosen))
         key = tuple(
             (o.key_or_group, repr(o.value())) for o in values if o.key_or_group.startswith(_TRUST)

@@ -60,14 +60,20 @@ class Job:
     max_steps: int | None = None
     wall_time_s: float | None = None
     rank: int | None = None
+    #: Its objective is another metric or direction than the one the sweep is ranked by.
+    other_objective: bool = False
 
     @property
     def label(self) -> str:
         return f"#{self.job_num}" if self.job_num is not None else self.folder.name
 
     @property
-    def ranked(self) -> bool:
+    def scored(self) -> bool:
         return self.status == "done" and self.objective is not None
+
+    @property
+    def ranked(self) -> bool:
+        return self.scored and not self.other_objective
 
 
 @dataclass
@@ -78,6 +84,22 @@ class Summary:
     jobs: list[Job]
     #: Points the sweep planned (from multirun.yaml), when that can be told.
     planned: int | None = None
+    #: Finished jobs left out of the ranking: their objective is another one.
+    unranked: list[Job] = field(default_factory=list)
+
+    def unranked_line(self) -> str | None:
+        """Jobs whose objective cannot be compared with the ranking's (RL and SFT jobs
+        with ``objective.metric=auto``: reward_mean against loss)."""
+        if not self.unranked:
+            return None
+        head = next((j for j in self.jobs if j.ranked), None)
+        others = sorted({f"{j.metric} ({j.direction})" for j in self.unranked})
+        labels = ", ".join(j.label for j in self.unranked)
+        ranked_by = f"{head.metric} ({head.direction})" if head else "another objective"
+        return (
+            f"Not ranked: {labels} optimise {' and '.join(others)}, not {ranked_by}; set "
+            "objective.metric (and objective.direction) for the whole sweep to compare them."
+        )
 
     def count(self, *statuses: str) -> int:
         return sum(1 for j in self.jobs if j.status in statuses)
@@ -128,6 +150,8 @@ class Summary:
         else:
             lines.append("No finished job has an objective yet.")
         lines.append(self.counts_line())
+        if self.unranked_line():
+            lines.append(self.unranked_line())
         best = self.best
         if best is not None:
             lines.append(
@@ -179,6 +203,8 @@ class Summary:
 
     def markdown(self) -> str:
         lines = [f"# Sweep summary: {self.sweep_dir}", "", self.counts_line(), ""]
+        if self.unranked_line():
+            lines += [str(self.unranked_line()), ""]
         best = self.best
         if best is not None:
             lines += [
@@ -396,16 +422,23 @@ def summarize(sweep_dir: str | Path) -> Summary:
     objective (best first, in the direction their records name)."""
     root = Path(sweep_dir)
     jobs = [read_job(folder) for folder in job_folders(root)]
-    ranked = [j for j in jobs if j.ranked]
-    directions = {j.direction for j in ranked}
-    maximize = "minimize" not in directions if len(directions) <= 1 else True
+    scored = [j for j in jobs if j.scored]
+    kinds: dict[tuple[Any, Any], int] = {}
+    for job in scored:  # the objective most jobs have; ties: the first job's
+        kinds[(job.metric, job.direction)] = kinds.get((job.metric, job.direction), 0) + 1
+    chosen = max(kinds, key=lambda k: kinds[k]) if kinds else None
+    for job in scored:
+        job.other_objective = (job.metric, job.direction) != chosen
+    ranked = [j for j in scored if j.ranked]
+    maximize = chosen is None or chosen[1] != "minimize"
     ranked.sort(
         key=lambda j: (-(j.objective or 0.0) if maximize else (j.objective or 0.0), _order(j))
     )
     for rank, job in enumerate(ranked, 1):
         job.rank = rank
     rest = sorted((j for j in jobs if not j.ranked), key=_order)
-    return Summary(root, [*ranked, *rest], planned_points(root))
+    unranked = [j for j in rest if j.other_objective]
+    return Summary(root, [*ranked, *rest], planned_points(root), unranked)
 
 
 def _order(job: Job) -> tuple[int, str]:

@@ -305,6 +305,7 @@ def _hydra_problems(cfg: Any, hand: Hand, chosen: GroupContent | None) -> list[P
                     )
                 )
     found += _launcher_problems(cfg, hand, chosen)
+    found += _sweeper_setting_problems(cfg, hand)
     env = _view(cfg, "hydra.job.env_set") or {}
     for name, value in env.items() if isinstance(env, dict) else []:
         key = f"hydra.job.env_set.{name}"
@@ -413,10 +414,40 @@ def _launcher_problems(cfg: Any, hand: Hand, chosen: GroupContent | None = None)
     return found
 
 
+#: Sweeper settings that name code or a place the sweeper writes to or connects to, by
+#: another name than ``_target_``: Optuna imports and calls ``custom_search_space``
+#: (``module.function``) for every trial, and opens ``storage`` (a database URL: a file
+#: anywhere, or another machine that receives every trial and can feed trials back).
+SWEEPER_CODE_AND_PLACES = {
+    "custom_search_space": "names a function the sweeper imports and calls for every trial",
+    "storage": "is where the sweeper writes its study (a database file anywhere, or a server "
+    "that receives every trial)",
+}
+
+
+def _sweeper_setting_problems(cfg: Any, hand: Hand) -> list[Problem]:
+    found = []
+    for name, what in SWEEPER_CODE_AND_PLACES.items():
+        key = f"hydra.sweeper.{name}"
+        value = _view(cfg, key)
+        if value in (None, "", "???") or hand.set(key):
+            continue
+        found.append(
+            _refused(
+                key,
+                value,
+                f"is set by a config file and {what}: only the command line may choose that.",
+                fix(note=f"drop it from the config file, or set {key}=... on the command line"),
+            )
+        )
+    return found
+
+
 def _plugin_targets(plugin: str, hand: Hand, chosen: GroupContent | None) -> set[tuple[str, str]]:
     """The ``_target_`` spots of a launcher or sweeper the user chose by hand
     (``hydra/sweeper=optuna``): its config file's own, and those of the options its
-    sub-groups take from the installed plugin (Optuna's ``sampler: tpe``)."""
+    sub-groups take from the installed plugin (Optuna's ``sampler: tpe``) or that the
+    user chose by hand too (``hydra/sweeper/sampler=mine``)."""
     group = f"hydra/{plugin}"
     if chosen is None or not hand.chose(group):
         return set()
@@ -424,8 +455,10 @@ def _plugin_targets(plugin: str, hand: Hand, chosen: GroupContent | None) -> set
     trusted = set(_nested_targets(own)) if isinstance(own, dict) else set()
     installed = getattr(chosen, "installed", None)
     for sub in getattr(chosen, "choices", {}):
-        if not sub.startswith(f"{group}/") or installed is None or not installed(sub):
+        if not sub.startswith(f"{group}/"):
             continue
+        if not hand.chose(sub) and (installed is None or not installed(sub)):
+            continue  # an option a config file chose from a folder of config files
         content = chosen(sub)
         if isinstance(content, dict):
             trusted |= set(_nested_targets({sub.removeprefix(f"{group}/"): content}))

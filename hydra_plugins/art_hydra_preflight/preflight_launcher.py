@@ -62,6 +62,9 @@ class PreflightLauncher(Launcher):
         self._checker: Any = None
         #: Job number -> why it did not run or did not finish (refused, failed, killed).
         self.outcomes: dict[int, str] = {}
+        #: Points refused and jobs launched, over the whole sweep.
+        self.refused = 0
+        self.launched = 0
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
@@ -81,11 +84,16 @@ class PreflightLauncher(Launcher):
         if self.config is None or "art_hydra_preflight" in _target(self.config.hydra.sweeper):
             return
         sys.stdout.write(finish_sweep(str(self.config.hydra.sweep.dir)).rstrip() + "\n")
+        from hydra_plugins.art_hydra_preflight.reports import _fail
+
         failed = sorted(n for n, why in self.outcomes.items() if not why.startswith("refused"))
         if failed:
-            from hydra_plugins.art_hydra_preflight.reports import _fail
-
             _fail(f"{len(failed)} job(s) of the sweep did not finish: {_numbers(failed)}.")
+        if self.refused and not self.launched:
+            _fail(
+                f"No trial of the study ran: all {self.refused} were refused (see above); the "
+                "sweeper's 'Best' names a refused point. Narrow the search space."
+            )
 
     def check_search_space(self) -> None:
         """Before a sweeper that draws points as it goes starts its study: the fixed
@@ -155,6 +163,7 @@ class PreflightLauncher(Launcher):
                 problems = checker.problems(list(point), initial_job_idx + i)
                 if errors(problems):
                     refused[initial_job_idx + i] = problems
+        self.refused += len(refused)
         returns: dict[int, JobReturn] = {}
         for num, problems in refused.items():
             point = list(job_overrides[num - initial_job_idx])
@@ -164,8 +173,31 @@ class PreflightLauncher(Launcher):
             for i, p in enumerate(job_overrides)
             if initial_job_idx + i not in refused
         ]
+        if self.config.get("dry_run", False):
+            # The sweeper would go on drawing (and writing its results): stop here.
+            lines = "".join(f"\n  ok #{n}: {' '.join(p) or '(no overrides)'}" for n, p in valid)
+            print(
+                f"dry run: the search space and the {len(job_overrides)} point(s) the sweeper "
+                f"drew first were pre-flighted ({len(valid)} valid); nothing was launched.{lines}"
+            )
+            sys.exit(0)
+        self.launched += len(valid)
         returns.update(self.launch_checked(valid))
-        return [returns[initial_job_idx + i] for i in range(len(job_overrides))]
+        return [self._sweepable(returns[initial_job_idx + i]) for i in range(len(job_overrides))]
+
+    def _worst(self) -> float:
+        return worst_value(self.config)
+
+    def _sweepable(self, result: JobReturn) -> JobReturn:
+        """A finished job whose objective is NaN (it logged no value of the metric) is
+        told to the sweeper as the worst value: Optuna fails on a NaN it is told."""
+        value = result._return_value
+        if result.status == JobStatus.COMPLETED and isinstance(value, float) and math.isnan(value):
+            from art_hydra.result import RunResult
+
+            summary = dict(value) if hasattr(value, "keys") else {}
+            result._return_value = RunResult(self._worst(), summary)
+        return result
 
     def _refuse(self, num: int, point: list[str], problems: list[Problem]) -> JobReturn:
         reason = "; ".join(f"{p.key}: {p.reason}" for p in errors(problems))
@@ -398,6 +430,8 @@ def _record_refusal(folder: str, num: int, point: list[str], problems: list[Prob
     """The refused point's folder records why it never ran (nothing else is written)."""
     from art_hydra.result import write_refused_result
 
+    if os.path.lexists(os.path.join(folder, "result.json")):
+        return  # the record of a job that ran there: never replaced by a refusal
     text = format_report(errors(problems), header=f"Point #{num} was not launched:", footer=None)
     try:
         write_refused_result(folder, point, text, num)

@@ -43,6 +43,10 @@ VALUES = [
     "~seed",
     "task.reward._target_=os.system",
     "trainer.max_steps=0",
+    "trainer.bogus=1",
+    "seed.x=1",
+    "rl.nope.deep=1",
+    "trainer=5",
 ]
 GROUPS = ["algorithm=sft", "task=digit_sum", "model=qwen2_5_0_5b_instruct", "backend=unsloth"]
 
@@ -68,16 +72,17 @@ def test_random_points_get_the_verdict_of_full_composition(
     rng = random.Random(seed)
     loader, master = _master(str(tmp_path / "sweep"), master_extra)
     hand = sweep_hand(master)
-    fast, full = PointChecker(loader, master, hand), PointChecker(loader, master, hand)
+    fast = PointChecker(loader, master, hand)
+    full = PointChecker(loader, master, hand, fast_way=False)
     points = [
         rng.sample(VALUES, rng.randint(0, 3)) + rng.sample(GROUPS, rng.randint(0, 1))
         for _ in range(30)
     ]
     for number, point in enumerate(points):
         rng.shuffle(point)
-        expected = full.full(point, number)
-        assert _fields(fast.problems(point, number)) == _fields(expected.problems), point
-        assert fast.run_dirs[number] == expected.run_dir, point
+        expected = full.problems(point, number)
+        assert _fields(fast.problems(point, number)) == _fields(expected), point
+        assert fast.run_dirs.get(number) == full.run_dirs.get(number), point
     assert fast.fast >= 5  # the plain ones went the fast way
 
 
@@ -94,3 +99,15 @@ def test_a_grid_of_values_goes_the_fast_way_with_one_composition_per_group(tmp_p
     assert checker.fast == len(points)
     assert len(checker._bases) == 2  # one composition per distinct group choice
     assert not any(p.is_error for problems in verdicts for p in problems)
+
+
+def test_points_that_would_share_a_folder_are_refused(tmp_path) -> None:
+    loader, master = _master(str(tmp_path / "sweep"), ["hydra.sweep.subdir=s${seed}"])
+    checker = PointChecker(loader, master, sweep_hand(master))
+    first = checker.problems(["trainer.learning_rate=1e-3"], 0)
+    second = checker.problems(["trainer.learning_rate=2e-3"], 1)
+    assert not any(p.is_error for p in first)
+    (shared,) = [p for p in second if p.is_error]
+    assert shared.key == "hydra.sweep.subdir"
+    assert shared.fix.overrides() == ["hydra.sweep.subdir=${hydra.job.num}"]
+    assert "#0 and #1" in shared.reason

@@ -213,3 +213,19 @@ def test_summarizing_imports_no_torch(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert Path(ART_HYDRA).exists()
+
+
+def test_jobs_with_another_objective_are_not_ranked_against_the_others(tmp_path: Path) -> None:
+    # algorithm=rl,sft with objective.metric=auto: two RL jobs (reward_mean, maximize)
+    # and one SFT job (loss, minimize) whose loss would "beat" a reward.
+    _job(tmp_path, 0, "done", 0.1)
+    _job(tmp_path, 1, "done", 0.2)
+    sft = _job(tmp_path, 2, "done", 2.0, "minimize")
+    record = json.loads((sft / "result.json").read_text())
+    record["objective"]["metric"] = "loss"
+    (sft / "result.json").write_text(json.dumps(record))
+    summary = summarize(tmp_path)
+    assert [j.job_num for j in summary.jobs if j.ranked] == [1, 0]
+    assert summary.best.job_num == 1
+    assert [j.job_num for j in summary.unranked] == [2]
+    assert "Not ranked: #2 optimise loss (minimize), not reward_mean (maximize)" in (summary.text())

@@ -1,0 +1,82 @@
+"""Attacks from the independent review of issue 17 (sweeps), each through a config folder
+a user was handed (``--config-dir shared``): a callable or a database the Optuna sweeper
+acts on, named by another key than ``_target_``; and the other way round, a sampler the
+user chose by hand from their own folder must run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import output_of, report_entries, run_cli
+
+OPTUNA = ["-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=1", "dry_run=true"]
+SPACE = "rl.temperature=interval(0.7,1.2)"
+
+
+def _shared(tmp_path: Path, files: dict[str, str]) -> Path:
+    shared = tmp_path / "shared"
+    for name, text in files.items():
+        path = shared / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return shared
+
+
+def _run(tmp_path: Path, shared: Path, *extra: str) -> tuple[int, str]:
+    proc = run_cli(
+        "--config-dir", str(shared), *OPTUNA, *extra, SPACE,
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)},
+    )  # fmt: skip
+    return proc.returncode, output_of(proc)
+
+
+def test_a_search_space_function_named_by_a_config_file_never_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    (tmp_path / "space_evil.py").write_text(
+        f"open({str(marker)!r}, 'w')\ndef space(cfg, trial):\n    return {{}}\n"
+    )
+    experiment = (
+        "# @package _global_\nhydra:\n  sweeper:\n    custom_search_space: space_evil.space\n"
+    )
+    shared = _shared(tmp_path, {"experiment/x.yaml": experiment})
+    code, out = _run(tmp_path, shared, "experiment=x")
+    assert code == 1 and "Traceback" not in out, out
+    assert [k for k, _, _ in report_entries(out)] == ["hydra.sweeper.custom_search_space"]
+    assert not marker.exists()
+
+
+def test_a_study_database_chosen_by_a_config_file_is_refused(tmp_path: Path) -> None:
+    planted = tmp_path / "planted" / "evil.db"
+    planted.parent.mkdir()
+    experiment = f"# @package _global_\nhydra:\n  sweeper:\n    storage: sqlite:///{planted}\n"
+    shared = _shared(tmp_path, {"experiment/x.yaml": experiment})
+    code, out = _run(tmp_path, shared, "experiment=x")
+    assert code == 1, out
+    assert [k for k, _, _ in report_entries(out)] == ["hydra.sweeper.storage"]
+    assert not planted.exists()
+
+
+def test_a_sampler_chosen_by_hand_from_the_users_folder_is_the_users(tmp_path: Path) -> None:
+    sampler = "_target_: optuna.samplers.RandomSampler\nseed: 1\n"
+    shared = _shared(tmp_path, {"hydra/sweeper/sampler/mine.yaml": sampler})
+    proc = run_cli(
+        "--config-dir", str(shared), *OPTUNA, "hydra/sweeper/sampler=mine", SPACE,
+        f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path,
+    )  # fmt: skip
+    out = output_of(proc)
+    assert proc.returncode == 0, out
+    assert "Sampler: RandomSampler" in out
+
+
+def test_the_same_sampler_chosen_by_a_config_file_is_refused(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    sampler = f"_target_: builtins.open\nfile: {marker}\nmode: w\n"
+    experiment = "# @package _global_\ndefaults:\n  - override /hydra/sweeper/sampler: evil\n"
+    shared = _shared(
+        tmp_path, {"hydra/sweeper/sampler/evil.yaml": sampler, "experiment/x.yaml": experiment}
+    )
+    code, out = _run(tmp_path, shared, "experiment=x")
+    assert code == 1, out
+    assert "hydra.sweeper.sampler._target_" in [k for k, _, _ in report_entries(out)]
+    assert not marker.exists()
