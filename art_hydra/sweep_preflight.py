@@ -58,8 +58,10 @@ _SCALARS = (bool, int, float, str, Enum, type(None))
 _TRUST = ("model.", "task.")
 #: Interpolations in the ``hydra`` node that cannot read a run-config value.
 #: A sweep folder whose only interpolations are timestamps (fixed for the whole sweep).
-_HYDRA_ONLY_NOW = re.compile(r"(?:[^$]|\$\{now:[^}]*\})*")
-_HYDRA_ONLY = re.compile(r"\$\{(hydra[.:]|now:|art_hydra\.job_record:|art_hydra\.keys:)")
+_HYDRA_ONLY_NOW = re.compile(r"(?:[^$]|\$\{now:[^}]*\}|\$\{art_hydra\.unique:\})*")
+_HYDRA_ONLY = re.compile(
+    r"\$\{(hydra[.:]|now:|art_hydra\.job_record:|art_hydra\.keys:|art_hydra\.unique:)"
+)
 
 
 @dataclass

@@ -22,7 +22,6 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from art_hydra.config.composition import announce_warnings
 from art_hydra.config.hydra_compat import basic_sweeper
 from art_hydra.config.problems import Problem, errors, warnings_of
 from art_hydra.errors import full_error
@@ -30,6 +29,7 @@ from hydra_plugins.art_hydra_preflight.preflight_launcher import ranks_per_job, 
 from hydra_plugins.art_hydra_preflight.reports import (
     _fail,
     _sweep_report,
+    _warning_report,
     refuse_a_used_sweep_folder,
 )
 
@@ -87,10 +87,9 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
         checked = self.preflight(points)
         invalid = [i for i, problems in enumerate(checked) if errors(problems)]
         valid = [i for i in range(len(points)) if i not in invalid]
-        for i in valid:
-            if warnings_of(checked[i]):
-                log.warning("Point #%d: %s", i, " ".join(points[i]) or "(no overrides)")
-                announce_warnings(checked[i])
+        warned = [(i, points[i], warnings_of(checked[i])) for i in valid if warnings_of(checked[i])]
+        if warned:
+            log.warning(_warning_report(warned, len(points)))
         dry_run = bool(self.config.get("dry_run", False))
         if invalid:
             report = _sweep_report([(i, points[i], checked[i]) for i in invalid], len(points))

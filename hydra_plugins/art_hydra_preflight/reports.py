@@ -1,6 +1,7 @@
 """The pre-flight's reports: how a refused sweep, point or sweep folder is told."""
 
 # No `from __future__ import annotations` (see preflight_sweeper.py).
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,9 +58,46 @@ def _sweep_report(
         for problem in errors(problems):
             key = (problem.key, problem.reason, str(problem.fix))
             groups.setdefault(key, (problem, []))[1].append(index)
+            _note_value(groups[key], problem)
     parts.append(f"{len(groups)} distinct problem(s), each with the {noun}s it stops:")
-    for number, (problem, indices) in enumerate(groups.values(), 1):
+    for number, group in enumerate(groups.values(), 1):
+        problem, indices = _shown(*group)
         where = ", ".join(f"#{i}" for i in indices[:50])
         more = f" and {len(indices) - 50} more" if len(indices) > 50 else ""
         parts.append(f"{problem.render(number)}\n     in {len(indices)} {noun}(s): {where}{more}")
+    return "\n".join(parts)
+
+
+def _note_value(group: tuple[Problem, list[int]], problem: Problem) -> None:
+    """A grouped problem whose points have different values shows that it varies."""
+    if problem.value != group[0].value:
+        group[1].append(-1)  # a mark, dropped when the group is shown
+
+
+def _shown(problem: Problem, indices: list[int]) -> tuple[Problem, list[int]]:
+    if -1 not in indices:
+        return problem, indices
+    value = f"{problem.value} (varies by point)"
+    return dataclasses.replace(problem, value=value), sorted({i for i in indices if i >= 0})
+
+
+def _warning_report(warned: list[tuple[int, list[str], list[Problem]]], total: int) -> str:
+    """Warnings of valid points, each distinct one once with the points it concerns."""
+    groups: dict[tuple[str, str, str], tuple[Problem, list[int]]] = {}
+    for index, _, problems in warned:
+        for problem in problems:
+            key = (problem.key, problem.reason, str(problem.fix))
+            groups.setdefault(key, (problem, []))[1].append(index)
+            _note_value(groups[key], problem)
+    parts = [
+        f"Pre-flight: {len(warned)} of {total} sweep point(s) run with warnings "
+        "(strict=true makes them fatal):"
+    ]
+    for number, group in enumerate(groups.values(), 1):
+        problem, indices = _shown(*group)
+        where = ", ".join(f"#{i}" for i in indices[:50])
+        more = f" and {len(indices) - 50} more" if len(indices) > 50 else ""
+        parts.append(
+            f"{problem.render(number)}\n     in {len(indices)} sweep point(s): {where}{more}"
+        )
     return "\n".join(parts)
