@@ -104,6 +104,16 @@ class PreflightLauncher(Launcher):
         from hydra_plugins.art_hydra_preflight.reports import _fail, _sweep_report
 
         assert self.config is not None
+        directions = OmegaConf.select(self.config, "hydra.sweeper.direction", default=None)
+        if OmegaConf.is_list(directions) and len(directions) > 1:
+            from hydra_plugins.art_hydra_preflight.reports import _fail
+
+            _fail(
+                f"hydra.sweeper.direction has {len(directions)} directions, but each art_hydra "
+                "job returns one objective (objective.metric); every trial would train and "
+                "then fail. Fix: hydra.sweeper.direction=maximize (or minimize, as "
+                "objective.direction says). The study was not started."
+            )
         mismatch = direction_mismatch(self.config)
         if mismatch:
             log.warning(mismatch)
@@ -205,7 +215,7 @@ class PreflightLauncher(Launcher):
         header = f"Point #{num} was not launched: {' '.join(point) or '(no overrides)'}"
         log.warning(format_report(errors(problems), header=header, footer=None))
         folder = self._job_folder(num, point)
-        if folder is not None:
+        if folder is not None and not self.config.get("dry_run", False):
             _record_refusal(folder, num, point, problems)
         value = Refused(worst_value(self.config), problems)
         return JobReturn(

@@ -156,3 +156,33 @@ def test_a_sweeper_without_a_preflight_gets_its_points_checked_by_the_launcher(
     assert not (sweep / "1" / ".hydra").exists()  # never launched
     assert (sweep / "0" / "metrics.jsonl").exists()
     assert "Traceback" not in out
+
+
+def test_a_study_with_several_directions_is_refused_before_it_starts(cli, tmp_path: Path) -> None:
+    proc = cli(
+        "-m",
+        "hydra/sweeper=optuna",
+        "hydra.sweeper.direction=[maximize,minimize]",
+        "rl.temperature=interval(0.7,1.2)",
+        f"hydra.sweep.dir={tmp_path / 'study'}",
+    )
+    out = output_of(proc)
+    assert proc.returncode == 1, out
+    assert "each art_hydra job returns one objective" in out and "Traceback" not in out
+    assert not (tmp_path / "study").exists()
+
+
+def test_an_optuna_dry_run_checks_the_first_trials_and_writes_nothing(cli, tmp_path: Path) -> None:
+    proc = cli(
+        "-m",
+        "hydra/sweeper=optuna",
+        "hydra.sweeper.n_trials=2",
+        "dry_run=true",
+        "trainer.gradient_accumulation_steps=choice(1,2)",
+        f"hydra.sweep.dir={tmp_path / 'study'}",
+    )
+    out = output_of(proc)
+    assert proc.returncode == 0, out
+    assert "1 of 2 combination(s) of the search space cannot run" in out
+    assert "nothing was launched" in out and "Traceback" not in out
+    assert not (tmp_path / "study").exists()
