@@ -20,6 +20,7 @@ import csv
 import io
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,6 +153,11 @@ class Summary:
         lines.append(self.counts_line())
         if self.unranked_line():
             lines.append(self.unranked_line())
+        unscored = [j.label for j in self.jobs if j.status == "done" and not j.scored]
+        if unscored:
+            lines.append(
+                f"Done without an objective (no logged value of its metric): {', '.join(unscored)}"
+            )
         best = self.best
         if best is not None:
             lines.append(
@@ -334,6 +340,24 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+#: The statuses a job's record may hold (anything else counts as no usable record).
+STATUSES = ("running", "done", "failed", "interrupted", "refused")
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _printable(value: Any) -> Any:
+    """A record with every control character (terminal escapes, bells) replaced: its text
+    is printed to a terminal and written into summary files."""
+    if isinstance(value, str):
+        return _CONTROL.sub("?", value)
+    if isinstance(value, dict):
+        return {_printable(str(k)): _printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_printable(v) for v in value]
+    return value
+
+
 def read_job(folder: Path) -> Job:
     """One job folder: its result.json (a ``running`` record whose folder lock nobody
     holds is a killed job), or what its absence says."""
@@ -342,14 +366,20 @@ def read_job(folder: Path) -> Job:
         status = "running" if _lock_held(folder) else NO_RECORD
         reason = None if status == "running" else "no result.json: killed before it ended"
         return Job(folder, status, _folder_number(folder), reason)
+    if path.is_symlink():
+        reason = "result.json is a symbolic link: not read (a job writes a regular file)"
+        return Job(folder, NO_RECORD, _folder_number(folder), reason)
     try:
         record = safe_json.read(path, max_bytes=4 << 20)
     except ValueError as exc:
         return Job(folder, NO_RECORD, _folder_number(folder), f"unreadable result.json: {exc}")
     if not isinstance(record, dict):
         return Job(folder, NO_RECORD, _folder_number(folder), "result.json holds no record")
+    record = _printable(record)
     objective = record.get("objective") if isinstance(record.get("objective"), dict) else {}
     status = str(record.get("status", NO_RECORD))
+    if status not in STATUSES:
+        return Job(folder, NO_RECORD, _folder_number(folder), f"unknown status {status!r}")
     reason = record.get("reason") if isinstance(record.get("reason"), str) else None
     if status == "running" and not _lock_held(folder):
         status = KILLED
@@ -471,6 +501,13 @@ def finish_sweep(sweep_dir: str | Path) -> str:
     return f"{summary.text()}\nSummary: {csv_path} and {md_path.name}"
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     """``art-hydra summarize SWEEP_DIR``: summarise a sweep folder, finished or not."""
     parser = argparse.ArgumentParser(
@@ -483,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     parser.add_argument("sweep_dir", help="the sweep folder (hydra.sweep.dir)")
-    parser.add_argument("--top", type=int, default=TOP, help="top points to print")
+    parser.add_argument("--top", type=_positive, default=TOP, help="top points to print")
     args = parser.parse_args(argv)
     root = Path(args.sweep_dir)
     if not root.is_dir():

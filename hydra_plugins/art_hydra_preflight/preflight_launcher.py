@@ -192,8 +192,21 @@ class PreflightLauncher(Launcher):
             )
             sys.exit(0)
         self.launched += len(valid)
+        self._record_the_sweep()
         returns.update(self.launch_checked(valid))
         return [self._sweepable(returns[initial_job_idx + i]) for i in range(len(job_overrides))]
+
+    def _record_the_sweep(self) -> None:
+        """``multirun.yaml`` in the sweep folder, as Hydra's basic sweeper writes it (Optuna's
+        does not): the folder is then known as this sweep's, to summarise and continue."""
+        assert self.config is not None
+        if "art_hydra_preflight" in _target(self.config.hydra.sweeper):
+            return  # the pre-flight sweeper writes it
+        folder = Path(str(self.config.hydra.sweep.dir))
+        record = folder / "multirun.yaml"
+        if not record.exists() and not record.is_symlink():
+            folder.mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(self.config, record)
 
     def _worst(self) -> float:
         return worst_value(self.config)
@@ -212,8 +225,11 @@ class PreflightLauncher(Launcher):
     def _refuse(self, num: int, point: list[str], problems: list[Problem]) -> JobReturn:
         reason = "; ".join(f"{p.key}: {p.reason}" for p in errors(problems))
         self.outcomes[num] = f"refused: {reason}"
-        header = f"Point #{num} was not launched: {' '.join(point) or '(no overrides)'}"
-        log.warning(format_report(errors(problems), header=header, footer=None))
+        causes = "; ".join(f"{p.key} = {p.value}" for p in errors(problems))
+        log.warning(
+            f"Point #{num} was not launched ({causes}; see its result.json): "
+            f"{' '.join(point) or '(no overrides)'}"
+        )
         folder = self._job_folder(num, point)
         if folder is not None and not self.config.get("dry_run", False):
             _record_refusal(folder, num, point, problems)

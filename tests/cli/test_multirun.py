@@ -148,7 +148,7 @@ def test_a_sweeper_without_a_preflight_gets_its_points_checked_by_the_launcher(
     proc = cli("-m", "hydra/sweeper=basic", "trainer.gradient_accumulation_steps=1,2", *ONE_STEP)
     out = output_of(proc)
     assert proc.returncode == 0, out
-    assert "Point #1 was not launched: trainer.gradient_accumulation_steps=2" in out
+    assert "Point #1 was not launched (trainer.gradient_accumulation_steps = 2;" in out
     (sweep,) = (tmp_path / "outputs" / "multirun").glob("*/*")
     record = json.loads((sweep / "1" / "result.json").read_text())
     assert record["status"] == "refused"
