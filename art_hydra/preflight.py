@@ -843,7 +843,11 @@ def _auto_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
     the records of a run that ended before its first checkpoint, start afresh."""
     verdict, _ = run_folder.auto_verdict(run_dir, cfg.checkpoint.dir, cfg.trainer.max_steps)
     if verdict in (run_folder.RESUME, run_folder.FINISHED):
-        return _resume_problems(cfg, run_dir, "auto")
+        # A run that finished without checkpoints (checkpoint.every_steps=0, as sweeps
+        # often set) is skipped if it is the same run; nothing needs loading.
+        bare = run_folder.latest_intact(run_dir / cfg.checkpoint.dir)[0] is None
+        finished_bare = verdict == run_folder.FINISHED and bare
+        return _resume_problems(cfg, run_dir, "auto", need_checkpoint=not finished_bare)
     if verdict == run_folder.BROKEN:
         _, skipped = run_folder.latest_intact(run_dir / cfg.checkpoint.dir)
         return [
@@ -859,7 +863,9 @@ def _auto_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
     return []
 
 
-def _resume_problems(cfg: DictConfig, run_dir: Path, value: Any) -> list[Problem]:
+def _resume_problems(
+    cfg: DictConfig, run_dir: Path, value: Any, need_checkpoint: bool = True
+) -> list[Problem]:
     """A resume's checks: an intact checkpoint, the same data, reward and model, and the
     saved config with only the keys that may change changed."""
     intact, skipped = run_folder.latest_intact(run_dir / cfg.checkpoint.dir)
@@ -873,7 +879,7 @@ def _resume_problems(cfg: DictConfig, run_dir: Path, value: Any) -> list[Problem
         )
         for reason in skipped
     ]
-    if intact is None:
+    if intact is None and need_checkpoint:
         broken = f" ({'; '.join(skipped)})" if skipped else ""
         return [
             _world(

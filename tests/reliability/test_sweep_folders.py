@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -132,6 +133,9 @@ def test_auto_starts_afresh_where_a_run_died_before_its_first_checkpoint(tmp_pat
             path.rmdir() if path.is_dir() else path.unlink()
         folder.rmdir()
     (run / "checkpoints").rmdir()
+    record = json.loads((run / "result.json").read_text())  # what a killed run leaves
+    record.update(status="running", finished=None)
+    (run / "result.json").write_text(json.dumps(record))
     assert _lines(run / "metrics.jsonl") == 2
     assert run_cli(*args, cwd=tmp_path).returncode == 1
     assert run_cli(*args, "resume=true", cwd=tmp_path).returncode == 1
@@ -140,3 +144,16 @@ def test_auto_starts_afresh_where_a_run_died_before_its_first_checkpoint(tmp_pat
     assert _lines(run / "metrics.jsonl") == 2  # the new run's two steps, nothing appended
     assert not (run / "resumes.jsonl").exists()
     assert checkpoint_folders(run / "checkpoints")[-1].name == "step-000002"
+
+
+def test_auto_skips_a_run_that_finished_and_kept_no_checkpoint(tmp_path: Path) -> None:
+    """A finished point whose checkpoints were deleted (space) has only its record."""
+    run = tmp_path / "run"
+    args = [*QUICK, "trainer.max_steps=2", f"hydra.run.dir={run}"]
+    first = run_cli(*args, cwd=tmp_path)
+    assert first.returncode == 0, output_of(first)
+    shutil.rmtree(run / "checkpoints")
+    again = run_cli(*args, "resume=auto", cwd=tmp_path)
+    assert again.returncode == 0, output_of(again)
+    assert "already finished" in output_of(again)
+    assert _lines(run / "metrics.jsonl") == 2
