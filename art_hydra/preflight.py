@@ -950,9 +950,23 @@ def sweep_signature(cfg: Any) -> dict[str, Any]:
     params = OmegaConf.select(cfg, "hydra.sweeper.params", default=None)
     assert isinstance(given, dict)
     return {
-        part: [str(o) for o in given.get(part) or [] if not _switch(_override_key(str(o)))]
+        part: [
+            str(o)
+            for o in given.get(part) or []
+            if not _switch(_override_key(str(o))) and not _may_change(str(o))
+        ]
         for part in ("task", "hydra")
     } | {"params": OmegaConf.to_container(params, resolve=False) if params is not None else {}}
+
+
+def _may_change(override: str) -> bool:
+    """A fixed value of a key a resume may change (``trainer.max_steps=60`` raised to 80
+    to extend every point): the same sweep, continued; each job's resume checks it."""
+    key, _, value = override.partition("=")
+    key = key.lstrip("+~")
+    if "," in value or "(" in value:  # a swept key numbers the points
+        return False
+    return fields.may_change(key)
 
 
 def _sweep_folder(value: str, reason: str, remedy: Any) -> Problem:

@@ -27,19 +27,25 @@ from hydra.types import HydraContext, RunMode
 from art_hydra.config.composition import CONFIG_NAME, make_loader
 from art_hydra.config.problems import errors
 
-#: A grid of values and one group, as sweeps are written: 2 x 5 x 10 x 10 = 1,000 points.
-AXES = [
-    ["algorithm=rl", "algorithm=sft"],
-    [f"trainer.learning_rate={v}" for v in (1e-4, 2e-4, 3e-4, 5e-4, 1e-3)],
-    [f"seed={s}" for s in range(10)],
-    [f"trainer.warmup_steps={w}" for w in range(10)],
-]
+#: Two grids of 1,000 points. "values": hyperparameters and one group (2 x 5 x 10 x 10);
+#: "seeds": 1,000 seeds, each its own generated data, which the pre-flight checks per
+#: seed (the task's examples are drawn from the seed).
+GRIDS = {
+    "values": [
+        ["algorithm=rl", "algorithm=sft"],
+        [f"trainer.learning_rate={v}" for v in (1e-4, 2e-4, 3e-4, 5e-4, 1e-3)],
+        [f"trainer.warmup_steps={w}" for w in range(10)],
+        [f"rl.temperature={t}" for t in (0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5)],
+    ],
+    "seeds": [[f"seed={s}" for s in range(1000)]],
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--grids", nargs="+", default=list(GRIDS), choices=list(GRIDS))
     args = parser.parse_args()
 
     from hydra._internal.callbacks import Callbacks
@@ -50,13 +56,15 @@ def main() -> None:
     from hydra_plugins.art_hydra_preflight.preflight_sweeper import PreflightSweeper
 
     hydra_loader = ConfigLoaderImpl(config_search_path=loader.config_search_path)
-    everything = [list(p) for p in itertools.product(*AXES)]
     with TemporaryDirectory() as tmp:
         sweep_dir = f"hydra.sweep.dir={Path(tmp) / 'sweep'}"
         master = loader.load_configuration(CONFIG_NAME, [sweep_dir], run_mode=RunMode.MULTIRUN)
-        print(f"{'points':>7} {'Hydra compose':>15} {'pre-flight':>12} {'ratio':>7} {'whole':>9}")
-        for size in args.sizes:
-            points = everything[:size]
+        print(
+            f"{'grid':>7} {'points':>7} {'Hydra compose':>15} {'pre-flight':>12} {'ratio':>7} "
+            f"{'whole':>9}"
+        )
+        for grid, size in itertools.product(args.grids, args.sizes):
+            points = [list(p) for p in itertools.product(*GRIDS[grid])][:size]
 
             def ours(points: list[list[str]] = points) -> None:
                 sweeper = PreflightSweeper()  # fresh: no cache carried between repeats
@@ -83,8 +91,8 @@ def main() -> None:
                     into.append(time.perf_counter() - start)
             ours_t, hydra_t = statistics.median(ours_s), statistics.median(hydra_s)
             print(
-                f"{size:>7} {hydra_t / size * 1e3:>12.2f} ms {ours_t / size * 1e3:>9.2f} ms "
-                f"{ours_t / hydra_t:>6.2f}x {ours_t:>7.2f} s"
+                f"{grid:>7} {size:>7} {hydra_t / size * 1e3:>12.2f} ms "
+                f"{ours_t / size * 1e3:>9.2f} ms {ours_t / hydra_t:>6.2f}x {ours_t:>7.2f} s"
             )
     print("pre-flight: compose + structure + bounds + validators + world, per point")
 

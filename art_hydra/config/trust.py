@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from art_hydra.config import hydra_compat
 from art_hydra.config.problems import Kind, Problem, fix
@@ -306,6 +306,7 @@ def _hydra_problems(cfg: Any, hand: Hand, chosen: GroupContent | None) -> list[P
                 )
     found += _launcher_problems(cfg, hand, chosen)
     found += _sweeper_setting_problems(cfg, hand)
+    found += _launcher_place_problems(cfg, hand, chosen)
     env = _view(cfg, "hydra.job.env_set") or {}
     for name, value in env.items() if isinstance(env, dict) else []:
         key = f"hydra.job.env_set.{name}"
@@ -423,6 +424,56 @@ SWEEPER_CODE_AND_PLACES = {
     "storage": "is where the sweeper writes its study (a database file anywhere, or a server "
     "that receives every trial)",
 }
+
+
+#: submitit launcher settings that become lines of every job's batch script (``#SBATCH
+#: --export=...,LD_PRELOAD=...``, ``--output=~/.bashrc``) or choose where it writes.
+LAUNCHER_PLACES = ("additional_parameters", "srun_args", "submitit_folder")
+
+
+def _launcher_place_problems(cfg: Any, hand: Hand, chosen: GroupContent | None) -> list[Problem]:
+    """Those settings as the launcher's own config file has them (a launcher option the
+    user chose by hand, or one that comes with an installed package) or set by hand;
+    anything a config file put there instead is refused."""
+    launcher = _select(cfg, "hydra.launcher")
+    if not isinstance(launcher, DictConfig):
+        return []
+    group = "hydra/launcher"
+    own = None
+    installed = getattr(chosen, "installed", None)
+    if chosen is not None and (hand.chose(group) or (installed is not None and installed(group))):
+        own = chosen(group)
+    found = []
+    for name in LAUNCHER_PLACES:
+        if name not in launcher:
+            continue
+        node = hydra_compat.child_node(launcher, name)
+        raw = (
+            OmegaConf.to_container(node, resolve=False)
+            if isinstance(node, (DictConfig, ListConfig))
+            else hydra_compat.raw_value(launcher, name)
+        )
+        key = f"hydra.launcher.{name}"
+        if raw in (None, "", {}, []) or hand.set(key):
+            continue
+        mine = own.get(name) if isinstance(own, dict) else None
+        if mine == raw:
+            continue
+        if isinstance(raw, dict):  # entries the launcher's file has, or typed by hand, pass
+            mine = mine if isinstance(mine, dict) else {}
+            raw = {k: v for k, v in raw.items() if mine.get(k) != v and not hand.set(f"{key}.{k}")}
+            if not raw:
+                continue
+        found.append(
+            _refused(
+                key,
+                raw,
+                "is set by a config file: it becomes part of every job's batch script (its "
+                "environment, its output files), and only the command line may choose that.",
+                fix(note=f"drop it from the config file, or set {key}=... on the command line"),
+            )
+        )
+    return found
 
 
 def _sweeper_setting_problems(cfg: Any, hand: Hand) -> list[Problem]:

@@ -25,7 +25,11 @@ from omegaconf import OmegaConf
 from art_hydra.config.hydra_compat import basic_sweeper
 from art_hydra.config.problems import Problem, errors, warnings_of
 from art_hydra.errors import full_error
-from hydra_plugins.art_hydra_preflight.preflight_launcher import ranks_per_job, sweep_hand
+from hydra_plugins.art_hydra_preflight.preflight_launcher import (
+    _record_refusal,
+    ranks_per_job,
+    sweep_hand,
+)
 from hydra_plugins.art_hydra_preflight.reports import (
     _fail,
     _sweep_report,
@@ -71,6 +75,7 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
             sweep_hand(self.config),
             devices_here=here,
         )
+        self.checker = checker
         found: list[list[Problem]] = []
         progress = _Progress(len(points))
         with planned_launch(ranks_per_job(launcher)):
@@ -100,6 +105,11 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
                 )
             if not valid:
                 _fail(f"{report}\nNo point is valid; no job was launched.")
+            if not dry_run:  # each skipped point's folder says why it never ran
+                for i in invalid:
+                    folder = self.checker.run_dirs.get(i)
+                    if folder is not None:
+                        _record_refusal(folder, i, points[i], checked[i])
             verb = "would launch" if dry_run else "launching"
             log.warning(
                 f"{report}\nSkipping these {len(invalid)} point(s); {verb} the {len(valid)} "

@@ -80,3 +80,24 @@ def test_the_same_sampler_chosen_by_a_config_file_is_refused(tmp_path: Path) -> 
     assert code == 1, out
     assert "hydra.sweeper.sampler._target_" in [k for k, _, _ in report_entries(out)]
     assert not marker.exists()
+
+
+def test_batch_script_settings_chosen_by_a_config_file_are_refused(tmp_path: Path) -> None:
+    experiment = (
+        "# @package _global_\nhydra:\n  launcher:\n    additional_parameters:\n"
+        "      export: ALL,LD_PRELOAD=/tmp/evil.so\n      output: /root/.bashrc\n"
+    )
+    shared = _shared(tmp_path, {"experiment/x.yaml": experiment})
+    proc = run_cli(
+        "--config-dir", str(shared), "-m", "hydra/launcher=slurm", "experiment=x", "seed=1,2",
+        "dry_run=true", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path,
+    )  # fmt: skip
+    out = output_of(proc)
+    assert proc.returncode == 1, out
+    assert [k for k, _, _ in report_entries(out)] == ["hydra.launcher.additional_parameters"]
+    # The same setting typed on the command line is the user's own.
+    mine = run_cli(
+        "-m", "hydra/launcher=slurm", "+hydra.launcher.additional_parameters.account=me",
+        "seed=1,2", "dry_run=true", f"hydra.sweep.dir={tmp_path / 'sweep2'}", cwd=tmp_path,
+    )  # fmt: skip
+    assert mine.returncode == 0, output_of(mine)
