@@ -36,6 +36,7 @@ def copy_tracked(repo: Path, dest: Path) -> None:
         shutil.copy2(repo / name, target)
 
 
+@pytest.mark.slow  # builds a wheel and installs it into a fresh environment
 def test_wheel_installs_and_runs_from_another_directory(tmp_path: Path) -> None:
     if not (REPO / ".git").exists():
         pytest.skip("builds from the tracked files of a git checkout")

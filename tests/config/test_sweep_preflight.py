@@ -76,7 +76,7 @@ def test_random_points_get_the_verdict_of_full_composition(
     full = PointChecker(loader, master, hand, fast_way=False)
     points = [
         rng.sample(VALUES, rng.randint(0, 3)) + rng.sample(GROUPS, rng.randint(0, 1))
-        for _ in range(30)
+        for _ in range(20)
     ]
     fixed = [o for o in master_extra if not o.startswith("hydra.")]
     for number, point in enumerate(points):
@@ -85,7 +85,7 @@ def test_random_points_get_the_verdict_of_full_composition(
         expected = full.problems(point, number)
         assert _fields(fast.problems(point, number)) == _fields(expected), point
         assert fast.run_dirs.get(number) == full.run_dirs.get(number), point
-    assert fast.fast >= 5  # the plain ones went the fast way
+    assert fast.fast >= 3  # the plain ones went the fast way
 
 
 def test_a_grid_of_values_goes_the_fast_way_with_one_composition_per_group(tmp_path) -> None:
