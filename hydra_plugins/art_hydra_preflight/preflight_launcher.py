@@ -458,7 +458,9 @@ def _record_refusal(folder: str, num: int, point: list[str], problems: list[Prob
 
     if os.path.lexists(os.path.join(folder, "result.json")):
         return  # the record of a job that ran there: never replaced by a refusal
-    text = format_report(errors(problems), header=f"Point #{num} was not launched:", footer=None)
+    causes = "; ".join(f"{p.key} = {p.value}" for p in errors(problems))
+    header = f"Point #{num} was not launched ({causes}):"
+    text = format_report(errors(problems), header=header, footer=None)
     try:
         write_refused_result(folder, point, text, num)
     except OSError as exc:
