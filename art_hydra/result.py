@@ -178,11 +178,14 @@ def _base(status: str, overrides: list[str], job_num: int | None) -> dict[str, A
 
 def write_refused_result(
     run_dir: str | Path, overrides: list[str], problems_text: str, job_num: int | None
-) -> Path:
+) -> Path | None:
     """Record a sweep point the pre-flight refused (it never launches): ``status:
     refused`` with the report as its reason, in the job folder the point would have had
-    (created here). For the sweep's pre-flight, which knows the folder and the point."""
+    (created here). For the sweep's pre-flight, which knows the folder and the point.
+    A folder that already holds a record (another job ran there) keeps it: None."""
     folder = Path(run_dir)
+    if os.path.lexists(folder / RESULT):
+        return None
     folder.mkdir(parents=True, exist_ok=True)
     record = _base(REFUSED, overrides, job_num)
     record.update(reason=problems_text.strip(), finished=_now(), pid=None, host=None)

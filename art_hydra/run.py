@@ -149,8 +149,6 @@ def _record_refusal(folder: Path, exc: ConfigValidationError) -> None:
         return
     if not folder.is_dir() or any(p.key.startswith("hydra.") for p in exc.problems):
         return
-    if (folder / RESULT).exists():  # another job's record: never replaced by a refusal
-        return
     try:
         write_refused_result(folder, job_overrides(), str(exc), job_number())
     except OSError as error:

@@ -456,8 +456,6 @@ def _record_refusal(folder: str, num: int, point: list[str], problems: list[Prob
     """The refused point's folder records why it never ran (nothing else is written)."""
     from art_hydra.result import write_refused_result
 
-    if os.path.lexists(os.path.join(folder, "result.json")):
-        return  # the record of a job that ran there: never replaced by a refusal
     causes = "; ".join(f"{p.key} = {p.value}" for p in errors(problems))
     header = f"Point #{num} was not launched ({causes}):"
     text = format_report(errors(problems), header=header, footer=None)
