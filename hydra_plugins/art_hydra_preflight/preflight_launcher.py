@@ -86,9 +86,7 @@ class PreflightLauncher(Launcher):
         sys.stdout.write(finish_sweep(str(self.config.hydra.sweep.dir)).rstrip() + "\n")
         from hydra_plugins.art_hydra_preflight.reports import _fail
 
-        failed = sorted(n for n, why in self.outcomes.items() if not why.startswith("refused"))
-        if failed:
-            _fail(f"{len(failed)} job(s) of the sweep did not finish: {_numbers(failed)}.")
+        fail_if_unfinished(self.outcomes)
         if self.refused and not self.launched:
             _fail(
                 f"No trial of the study ran: all {self.refused} were refused (see above); the "
@@ -106,8 +104,6 @@ class PreflightLauncher(Launcher):
         assert self.config is not None
         directions = OmegaConf.select(self.config, "hydra.sweeper.direction", default=None)
         if OmegaConf.is_list(directions) and len(directions) > 1:
-            from hydra_plugins.art_hydra_preflight.reports import _fail
-
             _fail(
                 f"hydra.sweeper.direction has {len(directions)} directions, but each art_hydra "
                 "job returns one objective (objective.metric); every trial would train and "
@@ -149,16 +145,8 @@ class PreflightLauncher(Launcher):
     def checker(self) -> Any:
         """The sweep's point checker (its caches serve every batch)."""
         if self._checker is None:
-            from art_hydra.sweep_preflight import PointChecker
-
             assert self.config is not None and self.hydra_context is not None
-            here = not _target(self.config.hydra.launcher).endswith("SlurmLauncher")
-            self._checker = PointChecker(
-                self.hydra_context.config_loader,
-                self.config,
-                sweep_hand(self.config),
-                devices_here=here,
-            )
+            self._checker = point_checker(self.hydra_context.config_loader, self.config)
         return self._checker
 
     def launch(
@@ -375,6 +363,26 @@ def _combinations(dims: list[tuple[str, list[str]]]) -> list[list[str]] | None:
     if total > MAX_COMBINATIONS:
         return None
     return [list(c) for c in itertools.product(*(values for _, values in dims))]
+
+
+def point_checker(loader: Any, config: DictConfig) -> Any:
+    """The checker of a sweep's points (:class:`~art_hydra.sweep_preflight.PointChecker`),
+    with the user's hand from the command line; a SLURM job runs on the cluster's nodes,
+    whose GPUs the job checks itself."""
+    from art_hydra.sweep_preflight import PointChecker
+
+    here = not _target(config.hydra.launcher).endswith("SlurmLauncher")
+    return PointChecker(loader, config, sweep_hand(config), devices_here=here)
+
+
+def fail_if_unfinished(outcomes: dict[int, str]) -> None:
+    """Exit 1 if a job failed or was killed (the summary printed before names each, with
+    why); refused points are not jobs that failed."""
+    failed = sorted(n for n, why in outcomes.items() if not why.startswith("refused"))
+    if failed:
+        from hydra_plugins.art_hydra_preflight.reports import _fail
+
+        _fail(f"{len(failed)} job(s) of the sweep did not finish: {_numbers(failed)}.")
 
 
 def sweep_hand(config: DictConfig) -> Any:

@@ -27,8 +27,9 @@ from art_hydra.config.problems import Problem, errors, warnings_of
 from art_hydra.errors import full_error
 from hydra_plugins.art_hydra_preflight.preflight_launcher import (
     _record_refusal,
+    fail_if_unfinished,
+    point_checker,
     ranks_per_job,
-    sweep_hand,
 )
 from hydra_plugins.art_hydra_preflight.reports import (
     _fail,
@@ -63,19 +64,10 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
         """Each point's problems, composed and checked as job number ``i`` will see it
         (:class:`~art_hydra.sweep_preflight.PointChecker`: once per group selection)."""
         from art_hydra.config.validators import planned_launch
-        from art_hydra.sweep_preflight import PointChecker
 
         assert self.hydra_context is not None and self.config is not None
         launcher = self.config.hydra.launcher
-        # A SLURM job runs on the cluster's nodes: their GPUs are checked by the job.
-        here = not str(OmegaConf.select(launcher, "_target_", default="")).endswith("SlurmLauncher")
-        checker = PointChecker(
-            self.hydra_context.config_loader,
-            self.config,
-            sweep_hand(self.config),
-            devices_here=here,
-        )
-        self.checker = checker
+        checker = self.checker = point_checker(self.hydra_context.config_loader, self.config)
         found: list[list[Problem]] = []
         progress = _Progress(len(points))
         with planned_launch(ranks_per_job(launcher)):
@@ -133,7 +125,7 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
         from art_hydra.sweep_summary import finish_sweep
 
         sys.stdout.write(finish_sweep(sweep_dir).rstrip() + "\n")
-        self._report_failures(points)
+        fail_if_unfinished(getattr(self.launcher, "outcomes", {}))
         return returns
 
     def _launch(self, valid: list[int], points: list[list[str]]) -> list[Any]:
@@ -156,14 +148,6 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
                 _fail(f"A job of the sweep stopped:\n{remote_failure(str(exc))}")
             returns.append(results)
         return returns
-
-    def _report_failures(self, points: list[list[str]]) -> None:
-        """Exit 1 if a job failed or was killed (the summary above names each, with why)."""
-        outcomes = getattr(self.launcher, "outcomes", {})
-        failed = sorted(n for n, why in outcomes.items() if not why.startswith("refused"))
-        if failed:
-            numbers = ", ".join(f"#{n}" for n in failed)
-            _fail(f"{len(failed)} job(s) of the sweep did not finish: {numbers}.")
 
     def _batches(self, valid: list[int], points: list[list[str]]) -> list[tuple[int, list[Any]]]:
         """Runs of consecutive point numbers, at most ``max_batch_size`` long: a launcher
