@@ -3,6 +3,7 @@
 # No `from __future__ import annotations` (see preflight_sweeper.py).
 import dataclasses
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -53,51 +54,49 @@ def _sweep_report(
     ]
     if len(invalid) > LISTED_POINTS:
         parts.append(f"... and {len(invalid) - LISTED_POINTS} more, numbered below.")
-    groups: dict[tuple[str, str, str], tuple[Problem, list[int]]] = {}
-    for index, _, problems in invalid:
-        for problem in errors(problems):
-            key = (problem.key, problem.reason, str(problem.fix))
-            groups.setdefault(key, (problem, []))[1].append(index)
-            _note_value(groups[key], problem)
+    groups = _grouped((index, errors(problems)) for index, _, problems in invalid)
     parts.append(f"{len(groups)} distinct problem(s), each with the {noun}s it stops:")
-    for number, group in enumerate(groups.values(), 1):
-        problem, indices = _shown(*group)
-        where = ", ".join(f"#{i}" for i in indices[:50])
-        more = f" and {len(indices) - 50} more" if len(indices) > 50 else ""
-        parts.append(f"{problem.render(number)}\n     in {len(indices)} {noun}(s): {where}{more}")
+    parts += _group_lines(groups, noun)
     return "\n".join(parts)
 
 
-def _note_value(group: tuple[Problem, list[int]], problem: Problem) -> None:
-    """A grouped problem whose points have different values shows that it varies."""
-    if problem.value != group[0].value:
-        group[1].append(-1)  # a mark, dropped when the group is shown
+def _grouped(
+    found: Iterable[tuple[int, list[Problem]]],
+) -> list[tuple[Problem, list[int]]]:
+    """Each distinct problem (key, reason, fix) once, with the points it concerns; where
+    its value differs between them, the value shown says so."""
+    groups: dict[tuple[str, str, str], tuple[Problem, list[int], set[str]]] = {}
+    for index, problems in found:
+        for problem in problems:
+            key = (problem.key, problem.reason, str(problem.fix))
+            _, indices, values = groups.setdefault(key, (problem, [], set()))
+            indices.append(index)
+            values.add(repr(problem.value))
+    return [
+        (
+            dataclasses.replace(first, value=f"{first.value} (varies by point)")
+            if len(values) > 1
+            else first,
+            list(dict.fromkeys(indices)),
+        )
+        for first, indices, values in groups.values()
+    ]
 
 
-def _shown(problem: Problem, indices: list[int]) -> tuple[Problem, list[int]]:
-    if -1 not in indices:
-        return problem, indices
-    value = f"{problem.value} (varies by point)"
-    return dataclasses.replace(problem, value=value), sorted({i for i in indices if i >= 0})
+def _group_lines(groups: list[tuple[Problem, list[int]]], noun: str) -> list[str]:
+    lines = []
+    for number, (problem, indices) in enumerate(groups, 1):
+        where = ", ".join(f"#{i}" for i in indices[:50])
+        more = f" and {len(indices) - 50} more" if len(indices) > 50 else ""
+        lines.append(f"{problem.render(number)}\n     in {len(indices)} {noun}(s): {where}{more}")
+    return lines
 
 
 def _warning_report(warned: list[tuple[int, list[str], list[Problem]]], total: int) -> str:
     """Warnings of valid points, each distinct one once with the points it concerns."""
-    groups: dict[tuple[str, str, str], tuple[Problem, list[int]]] = {}
-    for index, _, problems in warned:
-        for problem in problems:
-            key = (problem.key, problem.reason, str(problem.fix))
-            groups.setdefault(key, (problem, []))[1].append(index)
-            _note_value(groups[key], problem)
     parts = [
         f"Pre-flight: {len(warned)} of {total} sweep point(s) run with warnings "
         "(strict=true makes them fatal):"
     ]
-    for number, group in enumerate(groups.values(), 1):
-        problem, indices = _shown(*group)
-        where = ", ".join(f"#{i}" for i in indices[:50])
-        more = f" and {len(indices) - 50} more" if len(indices) > 50 else ""
-        parts.append(
-            f"{problem.render(number)}\n     in {len(indices)} sweep point(s): {where}{more}"
-        )
+    parts += _group_lines(_grouped((i, problems) for i, _, problems in warned), "sweep point")
     return "\n".join(parts)
