@@ -156,7 +156,8 @@ class PointChecker:
 
     def _fast(self, point: list[str], job_num: int) -> list[Problem] | None:
         """The point's problems the fast way, or None where only full composition can
-        tell (any surprise on the way, too: the full way then reports it)."""
+        tell (any surprise on the way, too: an override Hydra refuses, a value that does
+        not resolve; the full way then reports it; the bases are put back either way)."""
         try:
             return self._fast_way(point, job_num)
         except Exception:
@@ -166,11 +167,8 @@ class PointChecker:
         parse = getattr(self.loader, "parse", None)
         if parse is None:
             return None
-        try:
-            parsed = parse([*self.fixed, *point])
-            groups, values = self.loader.split(self.master.hydra.job.config_name, parsed)  # type: ignore[attr-defined]
-        except Exception:
-            return None
+        parsed = parse([*self.fixed, *point])
+        groups, values = self.loader.split(self.master.hydra.job.config_name, parsed)  # type: ignore[attr-defined]
         own = parsed[len(self.fixed) :]
         if any(o.is_sweep_override() or o.is_hydra_override() for o in own):
             return None
@@ -184,27 +182,18 @@ class PointChecker:
         composed, typed = base.composed, base.typed
         keys = [o.key_or_group for o in values]
         with _restoring(composed, keys):
-            try:
-                for o in values:
-                    hydra_compat.apply_override(composed, o)
-            except Exception:
+            for o in values:
+                hydra_compat.apply_override(composed, o)
+            if self._refused_by_trust(base, composed, values):
                 return None
-            if self._trusted(base, composed, values):
-                return None
-            try:
-                run_dir, changed = self._job_view(base, parsed, job_num, keys)
-            except Exception:
-                return None
+            run_dir, changed = self._job_view(base, parsed, job_num, keys)
             self.run_dirs[job_num] = run_dir
         if not all(isinstance(v, _SCALARS) for v in changed.values()):
             return None
         with _restoring(typed, list(changed)):
-            try:
-                for key, value in changed.items():
-                    parent, leaf = _parent(typed, key)
-                    parent[leaf] = _canonical(key, value)
-            except Exception:
-                return None
+            for key, value in changed.items():
+                parent, leaf = _parent(typed, key)
+                parent[leaf] = _canonical(key, value)
             if settle(typed, list(changed)):
                 return None  # a bound problem resets values: the full way reports it
             found = rule_problems(typed, [])
@@ -233,7 +222,7 @@ class PointChecker:
             run_dir = str(composed.hydra.runtime.output_dir)
             return run_dir, {k: OmegaConf.select(composed, k) for k in [*keys, *base.interpolated]}
 
-    def _trusted(self, base: _Base, composed: DictConfig, values: list[Override]) -> bool:
+    def _refused_by_trust(self, base: _Base, composed: DictConfig, values: list[Override]) -> bool:
         """Whether the trust check refuses the point (then the full way reports it). The
         check reads a few run-config keys and the ``hydra`` node, which a point of the fast
         way does not change: its verdict is shared by every point that sets those keys
