@@ -163,12 +163,17 @@ def _group_content(loader: ConfigLoader, cfg: DictConfig) -> Any:
 class _GroupFiles:
     def __init__(self, loader: ConfigLoader, choices: dict[str, Any]) -> None:
         self.loader, self.choices = loader, choices
+        self._loaded: dict[str, Any] = {}
 
     def _load(self, group: str) -> Any:
-        try:
-            return self.loader.repository.load_config(f"{group}/{self.choices[group]}")  # type: ignore[attr-defined]
-        except Exception:
-            return None
+        """The option's file, read once (the trust check asks for it more than once)."""
+        if group not in self._loaded:
+            try:
+                found = self.loader.repository.load_config(f"{group}/{self.choices[group]}")  # type: ignore[attr-defined]
+            except Exception:
+                found = None
+            self._loaded[group] = found
+        return self._loaded[group]
 
     def __call__(self, group: str) -> Any:
         found = self._load(group)

@@ -289,7 +289,7 @@ def _caching_loader_class() -> type:
         ) -> tuple[list[Override], list[Override]]:
             """``(group choices, value overrides)``, as Hydra's defaults list tells them
             apart (sweep overrides are in neither)."""
-            repo, _ = self._repo(config_name, parsed)
+            repo, _ = self._repo(config_name, parsed, fresh=False)
             return self._split(repo, parsed)
 
         @staticmethod
@@ -313,13 +313,16 @@ def _caching_loader_class() -> type:
                 self._parsed.update(zip(missing, found, strict=True))
             return [self._parsed[o] for o in overrides]
 
-        def _repo(self, config_name: str | None, parsed: list[Override]) -> Any:
+        def _repo(self, config_name: str | None, parsed: list[Override], fresh: bool = True) -> Any:
+            """The repository of a config name and search path; ``fresh`` reads the files'
+            sizes and times first and starts afresh on any change (a composition does;
+            telling a group from a value for the next point of a sweep need not)."""
             searchpath = next(
                 (o.input_line for o in parsed if o.get_key_element() == "hydra.searchpath"), None
             )
             key = (config_name, searchpath)
             repo = self._repos.get(key)
-            if repo is None or _signature(repo) != repo._art_hydra_signature:
+            if repo is None or (fresh and _signature(repo) != repo._art_hydra_signature):
                 repo = CachingConfigRepository(self.repository)
                 self._process_config_searchpath(config_name, parsed, repo)
                 repo._art_hydra_signature = _signature(repo)
