@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from hydra.errors import CompactHydraException
 
@@ -17,6 +19,14 @@ class Example:
 
     prompt: str
     answer: str | None = None
+    #: A conversational prompt (TRL's list of messages) as ``(role, content)`` pairs, the
+    #: chat template applied to them as they are; empty for a plain-text prompt, which
+    #: the template wraps as one user message. ``prompt`` then holds the messages' text,
+    #: for logs and the tiny model's character set.
+    messages: tuple[tuple[str, str], ...] = ()
+    #: The row's other columns by their names in the data (TRL passes them to rewards
+    #: as keyword arguments); not part of the example's identity.
+    columns: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         for name, value in (("prompt", self.prompt), ("answer", self.answer)):

@@ -16,48 +16,24 @@ before its first job (:func:`sweep_folder_problems`), and a sweep job's fixes na
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import os
-import random
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from art_hydra import run_folder, run_identity, safe_json
-from art_hydra.backends import tiny
+from art_hydra import run_folder, run_identity
 from art_hydra.config import fields, run_files
 from art_hydra.config.composition import Composition
-from art_hydra.config.problems import Kind, Problem, Severity, fix
-from art_hydra.config.schema import (
-    AlgorithmName,
-    BackendName,
-    Device,
-    ModelSource,
-    TaskSource,
-)
-from art_hydra.config.targets import ROLE_OF_KEY, NotMarkedError, TargetError
+from art_hydra.config.problems import Problem, fix
+from art_hydra.config.schema import BackendName, Device
 from art_hydra.config.trust import by_hand
-from art_hydra.safe_paths import file_refusal, path_refusal
-from art_hydra.tasks.base import data_rules, generate_examples, resolve_task_code
-from art_hydra.tasks.examples import Example, TaskDataError
-from art_hydra.tasks.jsonl import scan_jsonl
-from art_hydra.tasks.rewards import needs_answer
-
-#: The largest model config.json read (real ones are a few kilobytes).
-CONFIG_MAX_BYTES = 4 << 20
-#: Weight files that unpickle arbitrary objects when loaded: never loaded.
-PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
-
-
-def _world(key: str, value: Any, reason: str, remedy: Any, warning: bool = False) -> Problem:
-    return Problem(
-        key, value, reason, remedy, Kind.world, Severity.warning if warning else Severity.error
-    )
-
+from art_hydra.preflight.common import world_problem
+from art_hydra.preflight.model import model_problems
+from art_hydra.preflight.task import task_problems
+from art_hydra.safe_paths import path_refusal
 
 #: Configs whose task, model and backend passed in this process (the CLI checks before
 #: Hydra starts the job, which would otherwise stream the same data file again).
@@ -114,7 +90,7 @@ def folder_problems(
         folder = run_folder_problems(cfg, Path(run_dir))
     except OSError as exc:
         reason = f"cannot be checked: {exc.strerror or exc} ({exc.filename or run_dir})."
-        folder = [_world("hydra.run.dir", str(run_dir), reason, fix(note="another folder"))]
+        folder = [world_problem("hydra.run.dir", str(run_dir), reason, fix(note="another folder"))]
     sweep = run_folder.in_sweep() if sweep is None else sweep
     return [for_sweep(p) for p in folder] if sweep else folder
 
@@ -146,419 +122,6 @@ def add_world_problems(
     result.problems += [p for p in world if p.key not in failed]
 
 
-# ---- task code and data ------------------------------------------------------------
-
-
-def _code(cfg: DictConfig, key: str) -> tuple[Any, list[Problem]]:
-    """The reward or generator ``key`` names, or why it may not or cannot run: a config
-    file may name only a marked function (see :mod:`art_hydra.config.targets`)."""
-    path = cfg.task.reward._target_ if key == "task.reward._target_" else cfg.task.generator
-    try:
-        return resolve_task_code(cfg.task, key), []
-    except TaskDataError as exc:
-        cause = exc.__cause__
-        reason = str(cause) if isinstance(cause, TargetError) else str(exc)
-        role = ROLE_OF_KEY[key]
-        remedy = (
-            fix(
-                note=f"mark it @{role} (from art_hydra import {role}), or {key}={path} on the "
-                "command line"
-            )
-            if isinstance(cause, NotMarkedError)
-            else fix(note=f"{key}=<module.function>")
-        )
-        return None, [_world(key, path, reason, remedy)]
-
-
-def _signature_problems(fn: Any, key: str, kwargs: dict[str, Any], what: str) -> list[Problem]:
-    """Whether ``fn`` can be called by parameter name with ``kwargs`` (``what`` spells
-    the call for the message)."""
-    try:
-        signature = inspect.signature(fn)
-    except ValueError:
-        return []  # no signature to inspect: the call itself will tell
-    try:
-        signature.bind(**kwargs)
-    except TypeError as exc:
-        own = ", ".join(signature.parameters)
-        return [
-            _world(
-                key,
-                f"{fn.__module__}.{fn.__qualname__}",
-                f"does not accept the call {what}: arguments are passed by parameter name, "
-                f"and its parameters are ({own}) ({exc}).",
-                fix(note=f"name its parameters as in {what}"),
-            )
-        ]
-    return []
-
-
-@dataclass
-class DataStats:
-    """What the length and vocabulary checks need from a task's examples, gathered in one
-    pass (a streamed file is never held whole)."""
-
-    count: int = 0
-    #: (size in characters, where) of the longest prompt, answer and prompt + answer.
-    prompt: tuple[int, str] = (0, "")
-    answer: tuple[int, str] = (0, "")
-    example: tuple[int, str] = (0, "")
-    chars: set[str] = field(default_factory=set)
-    #: Where the first example without an answer is (None: every one has one).
-    no_answer: str | None = None
-
-    def add(self, where: str | int, example: Example) -> None:
-        """Count ``example``; ``where`` is its ``file:line`` or its index."""
-        self.count += 1
-        answer = example.answer or ""
-        prompt = len(example.prompt)
-        if prompt > self.prompt[0]:
-            self.prompt = (prompt, _where(where, example))
-        if len(answer) > self.answer[0]:
-            self.answer = (len(answer), _where(where, example))
-        if prompt + len(answer) > self.example[0]:
-            self.example = (prompt + len(answer), _where(where, example))
-        self.chars.update(example.prompt, answer)
-        if not answer and self.no_answer is None:
-            self.no_answer = _where(where, example)
-
-
-def _where(where: str | int, example: Example) -> str:
-    return where if isinstance(where, str) else f"example #{where} ({example.prompt[:40]!r})"
-
-
-#: Generated tasks and data files already gathered in this process (a sweep's points
-#: mostly share them).
-_stats_cache: dict[tuple, DataStats | str] = {}
-
-
-def task_problems(cfg: DictConfig) -> list[Problem]:
-    task = cfg.task
-    reward, problems = _code(cfg, "task.reward._target_")
-    if reward is not None:
-        problems += _signature_problems(
-            reward,
-            "task.reward._target_",
-            {"prompt": "p", "completion": "c", "answer": "a"},
-            "reward(prompt=..., completion=..., answer=...)",
-        )
-    if task.source == TaskSource.jsonl:
-        unreadable = _data_file_problems(str(task.path))
-        if unreadable:
-            return problems + unreadable
-        stats = _jsonl_stats(cfg, reward)
-        key = "task.path"
-    else:
-        generator, found = _code(cfg, "task.generator")
-        problems += found
-        if generator is None:
-            return problems
-        params = dict(task.params)
-        taken = sorted({"rng", "num_examples"} & set(params))
-        if taken:
-            return [
-                *problems,
-                _world(
-                    f"task.params.{taken[0]}",
-                    params[taken[0]],
-                    "is an argument art_hydra gives every generator itself (rng is seeded "
-                    "from seed, num_examples is task.num_examples).",
-                    fix(note=f"~task.params.{taken[0]}"),
-                ),
-            ]
-        names = "".join(f", {k}=..." for k in params)
-        found = _signature_problems(
-            generator,
-            "task.generator",
-            {"rng": random.Random(0), "num_examples": 1, **params},
-            f"generator(rng=..., num_examples=...{names}) (task.params)",
-        )
-        if found:
-            return problems + found
-        stats = _generated_stats(cfg, generator)
-        key = "task.generator"
-    if isinstance(stats, str):
-        value = task.path if key == "task.path" else task.generator
-        remedy = "repair or remove the lines listed" if key == "task.path" else "fix the generator"
-        return [*problems, _world(key, value, stats, fix(note=remedy))]
-    needed = _answer_needed_by(cfg, reward)
-    if needed and stats.no_answer is not None:
-        problems.append(
-            _world(
-                key,
-                task.generator,
-                f"{stats.no_answer} has no answer, which {needed} needs.",
-                fix(note="give every example an answer"),
-            )
-        )
-    return problems + _length_problems(cfg, stats)
-
-
-def _generated_stats(cfg: DictConfig, generator: Any) -> DataStats | str:
-    task = cfg.task
-    params = OmegaConf.to_container(task.params)
-    key = (task.generator, repr(params), task.num_examples, cfg.seed)
-    if key not in _stats_cache:
-        try:
-            examples = generate_examples(task, generator, cfg.seed)
-        except Exception as exc:
-            _stats_cache[key] = f"raised {type(exc).__name__}: {exc}"
-            return _stats_cache[key]
-        stats = DataStats()
-        for i, example in enumerate(examples):
-            if not isinstance(example, Example):
-                stats_or_error: DataStats | str = (
-                    f"produced a {type(example).__name__} as example #{i}; it must yield "
-                    "art_hydra.tasks.Example objects."
-                )
-                break
-            stats.add(i, example)
-        else:
-            stats_or_error = stats if stats.count else "produced no examples."
-        _stats_cache[key] = stats_or_error
-    return _stats_cache[key]
-
-
-def _answer_needed_by(cfg: DictConfig, reward: Any) -> str | None:
-    if cfg.algorithm.name == AlgorithmName.sft:
-        return "SFT"
-    if reward is not None and needs_answer(reward):
-        return f"the reward {cfg.task.reward._target_}"
-    return None
-
-
-def _data_file_problems(path: str) -> list[Problem]:
-    """``task.path`` must name a regular file: a FIFO or ``/dev/zero`` would never end,
-    and a path no file can have (a NUL byte, an over-long name) would raise ``OSError``.
-    Decided by ``os.stat`` alone (opening a FIFO blocks until a writer comes)."""
-    reason = file_refusal(os.path.expanduser(path))
-    if reason is None:
-        return []
-    return [
-        _world(
-            "task.path",
-            path,
-            f"{reason}; task data is read from a regular JSONL file.",
-            fix(note="task.path=/path/to/data.jsonl"),
-        )
-    ]
-
-
-def _jsonl_stats(cfg: DictConfig, reward: Any) -> DataStats | str:
-    path = os.path.expanduser(str(cfg.task.path))
-    rules = data_rules(cfg, reward)
-    try:
-        info = os.stat(path)
-        key: tuple = (path, info.st_size, info.st_mtime_ns, rules)
-    except OSError:
-        key = (path, None, None, rules)
-    if key not in _stats_cache:
-        stats = DataStats()
-        scan = scan_jsonl(
-            path,
-            max_line_bytes=rules.max_line_bytes,
-            limit_reason=rules.limit_reason,
-            answer_needed_by=rules.answer_needed_by,
-            visit=lambda number, example: stats.add(f"{path}:{number}", example),
-        )
-        n = scan.error_count
-        _stats_cache[key] = (
-            f"{n} line{'s' if n != 1 else ''} cannot be used:\n{scan.summary()}" if n else stats
-        )
-    return _stats_cache[key]
-
-
-def _length_problems(cfg: DictConfig, stats: DataStats) -> list[Problem]:
-    """Prompts and answers against their budgets, where the tokenizer is known without a
-    model: the tiny model's character tokenizer (BOS + one token per character)."""
-    if cfg.model.source != ModelSource.tiny:
-        return []
-    if cfg.algorithm.name == AlgorithmName.rl:
-        checks = [
-            ("rl.max_prompt_length", stats.prompt[0] + 1, stats.prompt[1], "prompt (BOS included)"),
-            ("rl.max_completion_length", stats.answer[0], stats.answer[1], "answer"),
-        ]
-    else:
-        size, where = stats.example
-        checks = [("sft.max_length", size + 2, where, "example (BOS + prompt + answer + EOS)")]
-    problems = []
-    for key, size, where, what in checks:
-        budget = OmegaConf.select(cfg, key)
-        if size > budget:
-            consequence = (
-                "the model could never produce the whole answer, so the reward caps below its best."
-                if key == "rl.max_completion_length"
-                else "it cannot be trained on without cutting it."
-            )
-            problems.append(
-                _world(
-                    key,
-                    budget,
-                    f"the longest {what} ({where}) takes {size} tokens of the tiny model's "
-                    f"character tokenizer, more than {key}={budget}: {consequence}",
-                    fix({key: size}),
-                )
-            )
-    if cfg.algorithm.name == AlgorithmName.rl:
-        problems += _top_p_problems(cfg, len(tiny.SPECIALS) + len(stats.chars))
-    return problems
-
-
-def _top_p_problems(cfg: DictConfig, vocab: int) -> list[Problem]:
-    """The most likely of ``vocab`` tokens has at least 1/vocab of the mass, so top-p at or
-    below that keeps one token: greedy decoding, every group without spread."""
-    if cfg.rl.top_p > 1 / vocab:
-        return []
-    return [
-        Problem(
-            "rl.top_p",
-            cfg.rl.top_p,
-            f"keeps only the most likely token over a vocabulary of {vocab} (which always has at "
-            f"least 1/{vocab} of the mass): greedy decoding, so every group has zero reward "
-            "spread and nothing is learned.",
-            fix({"rl.top_p": fields.default("rl.top_p")}),
-            Kind.world,
-        )
-    ]
-
-
-# ---- the model -------------------------------------------------------------------
-
-
-def _looks_local(name: str) -> bool:
-    return name.startswith(("/", "./", "../", "~")) or os.path.exists(os.path.expanduser(name))
-
-
-def _hub_cache() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.path.expanduser("~"), ".cache", "huggingface"
-    )
-    return Path(home) / "hub"
-
-
-def _offline() -> bool:
-    return any(
-        os.environ.get(v, "").lower() in ("1", "true", "yes")
-        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-    )
-
-
-def model_problems(cfg: DictConfig) -> list[Problem]:
-    """A pretrained model's name: in the hub cache when offline, or a local folder with a
-    config and safetensors weights. Any ``OSError`` from the file system (a path no file
-    can have, a folder that cannot be read) becomes a problem naming ``model.name``."""
-    model = cfg.model
-    if model.source != ModelSource.pretrained:
-        return []
-    name = str(model.name)
-    refusal = path_refusal(os.path.expanduser(name))
-    if refusal is None:
-        try:
-            return _model_problems(cfg, name)
-        except OSError as exc:
-            refusal = f"cannot be read ({exc.strerror or exc})"
-    return [
-        _world(
-            "model.name",
-            name,
-            f"{refusal}.",
-            fix(note="model.name=<hub id> or model.name=/path/to/a/local/model/folder"),
-        )
-    ]
-
-
-def _model_problems(cfg: DictConfig, name: str) -> list[Problem]:
-    if not _looks_local(name):
-        cached = _hub_cache() / f"models--{name.replace('/', '--')}" / "snapshots"
-        if _offline() and not any(cached.glob("*/config.json")):
-            return [
-                _world(
-                    "model.name",
-                    name,
-                    f"is not in the Hugging Face cache ({cached.parent}) and HF_HUB_OFFLINE is "
-                    "set, so it cannot be downloaded.",
-                    fix(
-                        note="download it once online, or model.name=/path/to/a/local/model/folder"
-                    ),
-                )
-            ]
-        return []
-    folder = Path(os.path.expanduser(name))
-    if not folder.is_dir():
-        return [
-            _world(
-                "model.name",
-                name,
-                "looks like a local path, but no such folder exists"
-                + ("" if folder.is_absolute() else f" (relative to {os.getcwd()})")
-                + ".",
-                fix(note="model.name=/absolute/path/to/model/folder"),
-            )
-        ]
-    config_refusal = file_refusal(folder / "config.json")
-    if config_refusal == "does not exist":
-        return [
-            _world(
-                "model.name",
-                name,
-                "is a folder without config.json, so it holds no Hugging Face model.",
-                fix(note="point model.name at the folder save_pretrained wrote"),
-            )
-        ]
-    if config_refusal is not None:
-        return [
-            _world(
-                "model.name",
-                name,
-                f"holds a config.json that {config_refusal}.",
-                fix(note="point model.name at the folder save_pretrained wrote"),
-            )
-        ]
-    safe = list(folder.glob("*.safetensors"))
-    pickled = [p.name for pattern in PICKLE_WEIGHTS for p in folder.glob(pattern)]
-    if not safe and pickled:
-        return [
-            _world(
-                "model.name",
-                name,
-                f"holds only pickled weights ({', '.join(sorted(pickled))}); loading a pickle can "
-                "run arbitrary code, so art_hydra loads weights only from safetensors.",
-                fix(
-                    note="convert once, where you trust the file: AutoModelForCausalLM."
-                    "from_pretrained(folder).save_pretrained(folder, safe_serialization=True)"
-                ),
-            )
-        ]
-    if not safe:
-        return [
-            _world(
-                "model.name",
-                name,
-                "holds no weights (*.safetensors).",
-                fix(note="point model.name at the folder save_pretrained wrote"),
-            )
-        ]
-    problems: list[Problem] = []
-    if cfg.algorithm.name == AlgorithmName.rl:
-        vocab = _local_vocab(folder)
-        if vocab:
-            problems += _top_p_problems(cfg, vocab)
-    return problems
-
-
-def _local_vocab(folder: Path) -> int | None:
-    try:
-        config = safe_json.read(folder / "config.json", max_bytes=CONFIG_MAX_BYTES)
-    except ValueError:
-        return None
-    if not isinstance(config, dict):
-        return None
-    vocab = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
-    return vocab if isinstance(vocab, int) and vocab > 0 else None
-
-
 # ---- the backend and devices ------------------------------------------------------
 
 
@@ -585,7 +148,7 @@ def backend_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem
     problems: list[Problem] = []
     if backend.name == BackendName.unsloth and importlib.util.find_spec("unsloth") is None:
         problems.append(
-            _world(
+            world_problem(
                 "backend",
                 "unsloth",
                 "Unsloth is not installed in this environment.",
@@ -599,7 +162,7 @@ def backend_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem
         and not cuda_present()
     ):
         problems.append(
-            _world(
+            world_problem(
                 "backend.device",
                 backend.device.name,
                 "no CUDA GPU is visible: Unsloth runs its CPU fallback (plain transformers + "
@@ -610,7 +173,7 @@ def backend_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem
         )
     if devices_here and backend.device == Device.cuda and not cuda_present():
         problems.append(
-            _world(
+            world_problem(
                 "backend.device",
                 "cuda",
                 "no CUDA GPU is visible here (no CUDA build of torch, no NVIDIA device, or "
@@ -624,7 +187,7 @@ def backend_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if devices_here and backend.cpu_threads is not None and cores and backend.cpu_threads > cores:
         problems.append(
-            _world(
+            world_problem(
                 "backend.cpu_threads",
                 backend.cpu_threads,
                 f"this process may use {cores} core(s): more threads than cores take turns "
@@ -701,7 +264,7 @@ def busy_folder_problems(run_dir: Path) -> list[Problem]:
     if holder is None:
         return []
     found = [
-        _world(
+        world_problem(
             "hydra.run.dir",
             str(run_dir),
             f"is in use by {run_folder.describe_holder(holder)}, whose run holds its lock "
@@ -765,14 +328,16 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
     own, inner = path_refusal(run_dir), path_refusal(run_dir / cfg.checkpoint.dir)
     if own or inner:  # before any os call, which would raise OSError
         reason = own or f"with checkpoint.dir={cfg.checkpoint.dir} appended, {inner}"
-        return [_world("hydra.run.dir", str(run_dir), f"{reason}.", fix(note="a shorter path"))]
+        return [
+            world_problem("hydra.run.dir", str(run_dir), f"{reason}.", fix(note="a shorter path"))
+        ]
     busy = busy_folder_problems(run_dir)
     if busy:
         return busy
     unfit = _not_a_run_folder(cfg, run_dir)
     if unfit is not None:
         return [
-            _world(
+            world_problem(
                 "hydra.run.dir",
                 str(run_dir),
                 f"{unfit}. A run folder holds one run's files and nothing else: the run "
@@ -787,7 +352,7 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
         return _fresh_problems(cfg, run_dir)
     if not run_dir.is_dir():
         return [
-            _world(
+            world_problem(
                 "resume",
                 True,
                 f"there is no run folder {run_dir} to resume.",
@@ -807,7 +372,7 @@ def _fresh_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
         # A run that ended (kill -9, a crash) before its first checkpoint: nothing there
         # can be resumed, so resume=true would be refused too.
         return [
-            _world(
+            world_problem(
                 "resume",
                 False,
                 f"the run folder {run_dir} holds the records of a run that ended before "
@@ -822,7 +387,7 @@ def _fresh_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
         ]
     if holds:
         return [
-            _world(
+            world_problem(
                 "resume",
                 False,
                 f"the run folder {run_dir} already holds a run; training again there would "
@@ -851,7 +416,7 @@ def _auto_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
     if verdict == run_folder.BROKEN:
         _, skipped = run_folder.latest_intact(run_dir / cfg.checkpoint.dir)
         return [
-            _world(
+            world_problem(
                 "resume",
                 "auto",
                 f"{run_dir / cfg.checkpoint.dir} holds checkpoints, none of them intact "
@@ -870,7 +435,7 @@ def _resume_problems(
     saved config with only the keys that may change changed."""
     intact, skipped = run_folder.latest_intact(run_dir / cfg.checkpoint.dir)
     notes = [
-        _world(
+        world_problem(
             "resume",
             value,
             f"a checkpoint will be skipped: {reason}; the newest intact one is used.",
@@ -882,7 +447,7 @@ def _resume_problems(
     if intact is None and need_checkpoint:
         broken = f" ({'; '.join(skipped)})" if skipped else ""
         return [
-            _world(
+            world_problem(
                 "resume",
                 value,
                 f"{run_dir / cfg.checkpoint.dir} holds no complete checkpoint to resume "
@@ -899,7 +464,7 @@ def _resume_problems(
     if saved is None:
         return notes
     return notes + [
-        _world(
+        world_problem(
             key,
             new,
             f"differs from the run's saved config ({run_folder.RUN_CONFIG}: {old!r}); a resume "
@@ -970,7 +535,7 @@ def _may_change(override: str) -> bool:
 
 
 def _sweep_folder(value: str, reason: str, remedy: Any) -> Problem:
-    return _world("hydra.sweep.dir", value, reason, remedy)
+    return world_problem("hydra.sweep.dir", value, reason, remedy)
 
 
 _NEW_SWEEP = fix(note="hydra.sweep.dir=<a new folder>")
