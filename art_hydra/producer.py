@@ -21,7 +21,7 @@ from art_hydra.errors import StallError
 from art_hydra.packing import PackedBatch, Sequence, pack
 from art_hydra.rl.advantages import group_advantages
 from art_hydra.rl.sampling import SamplingSettings, sample
-from art_hydra.tasks import Example, Task
+from art_hydra.tasks import Example, Task, TaskDataError
 from art_hydra.tasks.scoring import score_batch
 from art_hydra.trainer import eval_mode
 
@@ -64,28 +64,52 @@ class ExampleStream:
         self._order = self._make_order()
 
 
-def encode_prompt(tokenizer: Any, text: str) -> list[int]:
-    """Prompt ids; instruct models get their chat template, the tiny model plain text."""
+def prompt_messages(example: Example) -> list[dict[str, str]]:
+    """The chat messages of ``example``'s prompt: its conversation (TRL's conversational
+    format, or ``task.system_prompt`` then the text), else the text as one user turn."""
+    pairs = example.messages or (("user", example.prompt),)
+    return [{"role": role, "content": content} for role, content in pairs]
+
+
+def encode_prompt(tokenizer: Any, example: Example | str) -> list[int]:
+    """Prompt ids: with a chat template, the template applied to :func:`prompt_messages`
+    with the generation prompt (as TRL encodes conversational prompts); without one
+    (the tiny model) the plain text. A conversation on a tokenizer without a template
+    cannot be encoded faithfully and is refused (the pre-flight refuses it earlier)."""
+    if isinstance(example, str):
+        example = Example(prompt=example)
     if getattr(tokenizer, "chat_template", None):
         ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+            prompt_messages(example), add_generation_prompt=True, tokenize=True
         )
         # transformers 5 returns a BatchEncoding here, older versions a list of ids.
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-    return list(tokenizer(text)["input_ids"])
+    if example.messages:
+        raise TaskDataError(
+            f"the prompt {example.prompt[:40]!r} is a conversation (a list of messages or "
+            "task.system_prompt), but the tokenizer has no chat template to render it; use a "
+            "model with a chat template, or text prompts without task.system_prompt"
+        )
+    return list(tokenizer(example.prompt)["input_ids"])
 
 
-def encode_prompts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+def _prompt_key(example: Example) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """What a prompt's encoding depends on (not its answer or other columns)."""
+    return example.prompt, example.messages
+
+
+def encode_prompts(tokenizer: Any, examples: list[Example] | list[str]) -> list[list[int]]:
     """:func:`encode_prompt` for many: plain text in one batched call of the fast
     tokenizer (2,000 prompts one by one took 0.2 s of the start-up), each distinct
     prompt encoded once."""
-    unique = list(dict.fromkeys(texts))
-    if getattr(tokenizer, "chat_template", None):
-        ids = [encode_prompt(tokenizer, text) for text in unique]
+    items = [Example(prompt=e) if isinstance(e, str) else e for e in examples]
+    unique = list({_prompt_key(ex): ex for ex in items}.values())
+    if getattr(tokenizer, "chat_template", None) or any(ex.messages for ex in unique):
+        ids = [encode_prompt(tokenizer, ex) for ex in unique]
     else:
-        ids = [list(row) for row in tokenizer(unique)["input_ids"]]
-    table = dict(zip(unique, ids, strict=True))
-    return [table[text] for text in texts]
+        ids = [list(row) for row in tokenizer([ex.prompt for ex in unique])["input_ids"]]
+    table = {_prompt_key(ex): row for ex, row in zip(unique, ids, strict=True)}
+    return [table[_prompt_key(ex)] for ex in items]
 
 
 def stop_token_ids(loaded: Any) -> tuple[int, ...]:
@@ -108,7 +132,7 @@ def encode_checked(
     operand) and train on a different question without a word, so it is an error that
     names the setting to raise.
     """
-    encoded = encode_prompts(tokenizer, [ex.prompt for ex in examples])
+    encoded = encode_prompts(tokenizer, examples)
     longest = max(len(ids) for ids in encoded)
     if longest > limit:
         count = sum(len(ids) > limit for ids in encoded)
@@ -185,7 +209,7 @@ class RLProducer:
         ids = encode_checked(
             loaded.tokenizer, task.examples, rl_cfg.max_prompt_length, "rl.max_prompt_length"
         )
-        self.prompt_ids = {ex.prompt: p for ex, p in zip(task.examples, ids, strict=True)}
+        self.prompt_ids = {_prompt_key(ex): p for ex, p in zip(task.examples, ids, strict=True)}
         self.stream = ExampleStream(task.examples, seed, producer_cfg.shuffle)
         self.generator = torch.Generator(device=loaded.device).manual_seed(
             seed_for(seed, self.rank)
@@ -239,7 +263,7 @@ class RLProducer:
         n = self.rl.num_generations
         per_rank = self.groups * self.rl.steps_per_generation
         examples = _slice(self.stream.take(per_rank * self.ranks), per_rank, self.rank)
-        repeated = [self.prompt_ids[ex.prompt] for ex in examples for _ in range(n)]
+        repeated = [self.prompt_ids[_prompt_key(ex)] for ex in examples for _ in range(n)]
         sampler = self.sampler if self.sampler is not None else self.loaded.model
         with eval_mode(sampler) as model:
             completions, logprobs = sample(
@@ -401,8 +425,12 @@ class SFTProducer:
             )
 
     def _sequence(self, example: Example) -> Sequence:
+        """Prompt (templated as at sampling: a conversation's turns before the trained
+        one, with the generation prompt) + answer + EOS; only the answer and EOS are
+        trained on under sft.completion_only_loss (assistant-only loss for ``messages``
+        data: its last assistant turn)."""
         tok = self.loaded.tokenizer
-        prompt = encode_prompt(tok, example.prompt)
+        prompt = encode_prompt(tok, example)
         answer = list(tok(example.answer or "", add_special_tokens=False)["input_ids"])
         return Sequence(
             tokens=prompt + answer + [tok.eos_token_id],

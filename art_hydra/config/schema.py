@@ -102,6 +102,9 @@ class TaskSource(Enum):
 
     generated = "generated"
     jsonl = "jsonl"
+    #: Files (json, jsonl, csv, parquet), a folder of them, a ``save_to_disk`` folder or a
+    #: cached hub dataset, in TRL's formats, read through the ``datasets`` library.
+    dataset = "dataset"
 
 
 class ObjectiveReduce(Enum):
@@ -539,19 +542,74 @@ class RewardConfig:
 
 
 @dataclass
+class TaskColumns:
+    """Which column of the data plays which role (task.source=dataset); TRL's names by
+    default. Every column not used as the prompt or the messages reaches the rewards."""
+
+    prompt: str = setting(
+        "prompt",
+        nonempty=True,
+        help="Column holding the prompt: text, or a list of {role, content} messages.",
+        legacy="prompt",
+    )
+    answer: str | None = setting(
+        None,
+        help=(
+            "Column holding the reference answer (SFT's target, the reward's answer); null "
+            "takes 'completion' (TRL's prompt-completion format), else 'answer', when present."
+        ),
+        legacy=None,
+    )
+    messages: str = setting(
+        "messages",
+        nonempty=True,
+        help=(
+            "Column holding a whole conversation (used when the prompt column is absent): "
+            "the last assistant turn is the answer, the turns before it the prompt."
+        ),
+        legacy="messages",
+    )
+
+
+@dataclass
 class TaskConfig:
     """What the model is trained on, and how completions are scored."""
 
     name: str = setting(MISSING, nonempty=True, help="Short label used in logs and run names.")
     source: TaskSource = setting(
-        TaskSource.generated, help="Where examples come from: a generator function or a JSONL file."
+        TaskSource.generated,
+        help=(
+            "Where examples come from: a generator function, a JSONL file, or a dataset "
+            "(files, a folder or a cached hub dataset)."
+        ),
     )
     generator: str | None = setting(
         None, help="Dotted path of the @generator function (source=generated)."
     )
     path: str | None = setting(
         None,
-        help='JSONL file with one {"prompt": ..., "answer": ...} object per line (source=jsonl).',
+        help=(
+            'JSONL file with one {"prompt": ..., "answer": ...} object per line (source=jsonl); '
+            "a json/jsonl/csv/parquet file, a folder of them, a save_to_disk folder or a hub "
+            "dataset id in the local cache (source=dataset)."
+        ),
+    )
+    split: str = setting(
+        "train",
+        nonempty=True,
+        help="Split of the dataset to train on (source=dataset).",
+        legacy="train",
+    )
+    columns: TaskColumns = section(
+        TaskColumns, help="Column of the data for each role (source=dataset)."
+    )
+    system_prompt: str | None = setting(
+        None,
+        help=(
+            "System message put before every text prompt (needs a model with a chat "
+            "template); conversational prompts keep their own messages."
+        ),
+        legacy=None,
     )
     num_examples: int = setting(
         2000,

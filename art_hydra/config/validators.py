@@ -221,12 +221,14 @@ def task_names_its_sources(cfg: DictConfig) -> Iterator[Problem]:
     standard library, a library gadget or art_hydra's own non-reward code, whoever names
     it (which code a config file alone may name is :mod:`art_hydra.config.trust`'s)."""
     task = cfg.task
-    if task.source == TaskSource.jsonl and task.path is None:
+    if task.source in (TaskSource.jsonl, TaskSource.dataset) and task.path is None:
+        jsonl = task.source == TaskSource.jsonl
         yield Problem(
             "task.path",
             None,
-            "task.source=jsonl needs the JSONL file to read.",
-            fix(note="task.path=/path/to/data.jsonl"),
+            f"task.source={task.source.value} needs the "
+            + ("JSONL file to read." if jsonl else "data to read (a file, a folder or a hub id)."),
+            fix(note="task.path=/path/to/data." + ("jsonl" if jsonl else "parquet")),
         )
     if task.source == TaskSource.generated:
         why = refusal(task.generator, "task.generator")

@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from art_hydra import safe_json
 from art_hydra.backends import tiny
 from art_hydra.config.problems import Problem, fix
 from art_hydra.config.schema import (
@@ -21,9 +22,9 @@ from art_hydra.config.schema import (
 from art_hydra.config.targets import ROLE_OF_KEY, NotMarkedError, TargetError
 from art_hydra.preflight.common import top_p_problems, world_problem
 from art_hydra.safe_paths import file_refusal
-from art_hydra.tasks.base import data_rules, generate_examples, resolve_task_code
+from art_hydra.tasks.base import DataRules, data_rules, iter_examples, resolve_task_code
 from art_hydra.tasks.examples import Example, TaskDataError
-from art_hydra.tasks.jsonl import scan_jsonl
+from art_hydra.tasks.jsonl import Scan
 from art_hydra.tasks.rewards import needs_answer
 
 
@@ -84,6 +85,8 @@ class DataStats:
     chars: set[str] = field(default_factory=set)
     #: Where the first example without an answer is (None: every one has one).
     no_answer: str | None = None
+    #: Where the first conversational prompt is (None: every prompt is text).
+    conversation: str | None = None
 
     def add(self, where: str | int, example: Example) -> None:
         """Count ``example``; ``where`` is its ``file:line`` or its index."""
@@ -99,6 +102,8 @@ class DataStats:
         self.chars.update(example.prompt, answer)
         if not answer and self.no_answer is None:
             self.no_answer = _where(where, example)
+        if example.messages and self.conversation is None:
+            self.conversation = _where(where, example)
 
 
 def _where(where: str | int, example: Example) -> str:
@@ -107,7 +112,7 @@ def _where(where: str | int, example: Example) -> str:
 
 #: Generated tasks and data files already gathered in this process (a sweep's points
 #: mostly share them).
-_stats_cache: dict[tuple, DataStats | str] = {}
+_stats_cache: dict[tuple, DataStats | tuple[str, Any]] = {}
 
 
 def task_problems(cfg: DictConfig) -> list[Problem]:
@@ -120,81 +125,195 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
             {"prompt": "p", "completion": "c", "answer": "a"},
             "reward(prompt=..., completion=..., answer=...)",
         )
-    if task.source == TaskSource.jsonl:
-        unreadable = _data_file_problems(str(task.path))
-        if unreadable:
-            return problems + unreadable
-        stats = _jsonl_stats(cfg, reward)
-        key = "task.path"
-    else:
-        generator, found = _code(cfg, "task.generator")
-        problems += found
-        if generator is None:
-            return problems
-        params = dict(task.params)
-        taken = sorted({"rng", "num_examples"} & set(params))
-        if taken:
-            return [
-                *problems,
-                world_problem(
-                    f"task.params.{taken[0]}",
-                    params[taken[0]],
-                    "is an argument art_hydra gives every generator itself (rng is seeded "
-                    "from seed, num_examples is task.num_examples).",
-                    fix(note=f"~task.params.{taken[0]}"),
-                ),
-            ]
-        names = "".join(f", {k}=..." for k in params)
-        found = _signature_problems(
-            generator,
-            "task.generator",
-            {"rng": random.Random(0), "num_examples": 1, **params},
-            f"generator(rng=..., num_examples=...{names}) (task.params)",
-        )
+    if task.source == TaskSource.generated:
+        found = _generator_problems(cfg)
         if found:
             return problems + found
-        stats = _generated_stats(cfg, generator)
-        key = "task.generator"
-    if isinstance(stats, str):
-        value = task.path if key == "task.path" else task.generator
-        remedy = "repair or remove the lines listed" if key == "task.path" else "fix the generator"
-        return [*problems, world_problem(key, value, stats, fix(note=remedy))]
+        key, value = "task.generator", task.generator
+    else:
+        if task.source == TaskSource.jsonl:
+            unreadable = _data_file_problems(str(task.path))
+            if unreadable:
+                return problems + unreadable
+        key, value = "task.path", task.path
+    stats = _data_stats(cfg, reward)
+    if isinstance(stats, tuple):
+        return [*problems, world_problem(key, value, *stats)]
     needed = _answer_needed_by(cfg, reward)
     if needed and stats.no_answer is not None:
         problems.append(
             world_problem(
                 key,
-                task.generator,
+                value,
                 f"{stats.no_answer} has no answer, which {needed} needs.",
                 fix(note="give every example an answer"),
             )
         )
-    return problems + _length_problems(cfg, stats)
+    return problems + _template_problems(cfg, stats) + _length_problems(cfg, stats)
 
 
-def _generated_stats(cfg: DictConfig, generator: Any) -> DataStats | str:
+def _generator_problems(cfg: DictConfig) -> list[Problem]:
+    """The generator resolves, is not given art_hydra's own arguments in task.params, and
+    accepts its call."""
     task = cfg.task
-    params = OmegaConf.to_container(task.params)
-    key = (task.generator, repr(params), task.num_examples, cfg.seed)
+    generator, problems = _code(cfg, "task.generator")
+    if generator is None:
+        return problems
+    params = dict(task.params)
+    taken = sorted({"rng", "num_examples"} & set(params))
+    if taken:
+        return [
+            *problems,
+            world_problem(
+                f"task.params.{taken[0]}",
+                params[taken[0]],
+                "is an argument art_hydra gives every generator itself (rng is seeded "
+                "from seed, num_examples is task.num_examples).",
+                fix(note=f"~task.params.{taken[0]}"),
+            ),
+        ]
+    names = "".join(f", {k}=..." for k in params)
+    return problems + _signature_problems(
+        generator,
+        "task.generator",
+        {"rng": random.Random(0), "num_examples": 1, **params},
+        f"generator(rng=..., num_examples=...{names}) (task.params)",
+    )
+
+
+def _data_stats(cfg: DictConfig, reward: Any) -> DataStats | tuple[str, Any]:
+    """One streamed pass over the task's examples (:func:`iter_examples`, the run's own
+    reader, without the system prompt, which is checked on its own), or (why the data
+    cannot be used, its fix). Cached per source and rules: a sweep's points share it."""
+    task = cfg.task
+    rules = data_rules(cfg, reward)
+    generated = task.source == TaskSource.generated
+    dataset = task.source == TaskSource.dataset
+    key = (
+        str(task.source),
+        (task.generator, repr(OmegaConf.to_container(task.params)), task.num_examples, cfg.seed)
+        if generated
+        else _fingerprint(str(task.path)),
+        (repr(OmegaConf.to_container(task.columns)), task.split) if dataset else None,
+        rules,
+    )
     if key not in _stats_cache:
-        try:
-            examples = generate_examples(task, generator, cfg.seed)
-        except Exception as exc:
-            _stats_cache[key] = f"raised {type(exc).__name__}: {exc}"
-            return _stats_cache[key]
-        stats = DataStats()
-        for i, example in enumerate(examples):
-            if not isinstance(example, Example):
-                stats_or_error: DataStats | str = (
-                    f"produced a {type(example).__name__} as example #{i}; it must yield "
-                    "art_hydra.tasks.Example objects."
-                )
-                break
-            stats.add(i, example)
-        else:
-            stats_or_error = stats if stats.count else "produced no examples."
-        _stats_cache[key] = stats_or_error
+        _stats_cache[key] = _gather(cfg, rules)
     return _stats_cache[key]
+
+
+def _gather(cfg: DictConfig, rules: DataRules) -> DataStats | tuple[str, Any]:
+    stats, scan = DataStats(), Scan()
+    generated = cfg.task.source == TaskSource.generated
+    try:
+        for where, example in iter_examples(cfg, scan, rules, system=False):
+            stats.add(where, example)
+    except Exception as exc:  # the generator's own code, or an example it made
+        return f"raised {type(exc).__name__}: {exc}", fix(note="fix the generator")
+    if scan.error_count:
+        n = scan.error_count
+        what = "example" if generated else "row"
+        reason = f"{n} {what}{'s' if n != 1 else ''} cannot be used:\n{scan.summary()}"
+        if scan.fix and "<column>" not in scan.fix.values():
+            return reason, fix(scan.fix)
+        if scan.fix:
+            return reason, fix(note=" ".join(f"{k}={v}" for k, v in scan.fix.items()))
+        remedy = "fix the generator" if generated else "repair or remove the rows listed"
+        return reason, fix(note=scan.note or remedy)
+    if not stats.count:
+        return ("produced no examples." if generated else "holds no examples."), fix(
+            note="fix the generator" if generated else "task.path=<data with examples>"
+        )
+    return stats
+
+
+def _fingerprint(path: str) -> tuple:
+    """What a data file or folder's contents are judged by for the cache: the size and
+    modification time of each file (a hub id is its own name)."""
+    local = os.path.expanduser(path)
+    try:
+        if not os.path.isdir(local):
+            info = os.stat(local)
+            return (local, info.st_size, info.st_mtime_ns)
+        found = []
+        for root, _, files in os.walk(local):
+            for name in files:
+                info = os.stat(os.path.join(root, name))
+                found.append((root, name, info.st_size, info.st_mtime_ns))
+        return (local, tuple(sorted(found)))
+    except OSError:
+        return (local,)
+
+
+def _template_problems(cfg: DictConfig, stats: DataStats) -> list[Problem]:
+    """A conversation (TRL's conversational rows, or a text prompt under
+    task.system_prompt) is rendered by the model's chat template: refused where the
+    tokenizer surely has none (the tiny model, a folder whose tokenizer files carry none).
+    Plain text is not made up instead: the model would train on a format it never sees
+    from TRL or at inference."""
+    if chat_template_known(cfg.model) is not False:
+        return []
+    model = (
+        "the tiny model's character tokenizer"
+        if cfg.model.source == ModelSource.tiny
+        else f"the tokenizer of model.name={cfg.model.name}"
+    )
+    chat_model = "model.name=<folder of a model with a chat template> model.source=pretrained"
+    problems = []
+    if stats.conversation is not None:
+        problems.append(
+            world_problem(
+                "task.path",
+                cfg.task.path,
+                f"{stats.conversation} is a conversation (TRL's conversational format: a list "
+                f"of messages), which is rendered by a chat template, and {model} has none.",
+                fix(note=f"{chat_model}, or data with text prompts"),
+            )
+        )
+    if cfg.task.get("system_prompt"):
+        problems.append(
+            world_problem(
+                "task.system_prompt",
+                cfg.task.system_prompt,
+                f"a system prompt is rendered by a chat template, and {model} has none.",
+                fix({"task.system_prompt": None}, alt=fix(note=chat_model)),
+            )
+        )
+    return problems
+
+
+def chat_template_known(model_cfg: Any) -> bool | None:
+    """Whether the model's tokenizer has a chat template, read from its files without
+    loading it (``tokenizer_config.json``'s ``chat_template``, or ``chat_template.jinja``/
+    ``.json``): False for the tiny model, None where the files are not at hand (a hub id
+    not cached: the model check reports that)."""
+    if model_cfg.source == ModelSource.tiny:
+        return False
+    name = str(model_cfg.name)
+    folder = os.path.expanduser(name)
+
+    def local(file: str) -> str | None:
+        if os.path.isdir(folder):
+            path = os.path.join(folder, file)
+            return path if os.path.isfile(path) else None
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(name, file, revision=model_cfg.get("revision"))
+        except Exception:  # not a hub id: the model check names what is wrong
+            return None
+        return found if isinstance(found, str) else None
+
+    if local("chat_template.jinja") or local("chat_template.json"):
+        return True
+    config = local("tokenizer_config.json")
+    if config is None:
+        return None
+    try:
+        data = safe_json.read(config)
+    except (OSError, ValueError):
+        return None
+    return bool(isinstance(data, dict) and data.get("chat_template"))
 
 
 def _answer_needed_by(cfg: DictConfig, reward: Any) -> str | None:
@@ -220,30 +339,6 @@ def _data_file_problems(path: str) -> list[Problem]:
             fix(note="task.path=/path/to/data.jsonl"),
         )
     ]
-
-
-def _jsonl_stats(cfg: DictConfig, reward: Any) -> DataStats | str:
-    path = os.path.expanduser(str(cfg.task.path))
-    rules = data_rules(cfg, reward)
-    try:
-        info = os.stat(path)
-        key: tuple = (path, info.st_size, info.st_mtime_ns, rules)
-    except OSError:
-        key = (path, None, None, rules)
-    if key not in _stats_cache:
-        stats = DataStats()
-        scan = scan_jsonl(
-            path,
-            max_line_bytes=rules.max_line_bytes,
-            limit_reason=rules.limit_reason,
-            answer_needed_by=rules.answer_needed_by,
-            visit=lambda number, example: stats.add(f"{path}:{number}", example),
-        )
-        n = scan.error_count
-        _stats_cache[key] = (
-            f"{n} line{'s' if n != 1 else ''} cannot be used:\n{scan.summary()}" if n else stats
-        )
-    return _stats_cache[key]
 
 
 def _length_problems(cfg: DictConfig, stats: DataStats) -> list[Problem]:

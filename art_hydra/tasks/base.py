@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import random
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 from art_hydra.config.schema import AlgorithmName, TaskSource
 from art_hydra.config.targets import TargetError, resolve
 from art_hydra.config.trust import current_hand
 from art_hydra.tasks.examples import Example, TaskDataError
-from art_hydra.tasks.jsonl import line_limit, read_jsonl
+from art_hydra.tasks.jsonl import Scan, iter_records, line_limit, record_example
 from art_hydra.tasks.rewards import RewardFn, needs_answer
 
 
@@ -76,22 +78,123 @@ def generate_examples(task_cfg: Any, generator: Any, seed: int) -> list[Example]
     return list(generator(rng=random.Random(seed), num_examples=task_cfg.num_examples, **params))
 
 
+def with_system_prompt(example: Example, system_prompt: str | None) -> Example:
+    """``example`` with ``task.system_prompt`` before its text prompt, as a two-message
+    conversation the chat template renders; a conversational prompt keeps its own."""
+    if not system_prompt or example.messages:
+        return example
+    messages = (("system", system_prompt), ("user", example.prompt))
+    return replace(example, messages=messages)
+
+
+def iter_examples(
+    cfg: Any, errors: Scan | None = None, rules: DataRules | None = None, system: bool = True
+) -> Iterator[tuple[str, Example]]:
+    """Every example of ``cfg``'s task as ``(where, example)``, streamed (a file is never
+    held whole), for any ``task.source``, with ``task.system_prompt`` applied.
+
+    ``where`` names the row: ``file:line`` (JSONL lines, CSV), ``file:row N`` (parquet,
+    Arrow, a JSON array; N from 0), ``split:row`` (a ``save_to_disk`` folder) or
+    ``example #i`` (a generator). Rows that cannot be used are skipped and recorded in
+    ``errors`` when it is given (the pre-flight reports them, :func:`build_task` raises
+    them); ``rules`` (default: the algorithm's, no reward) bound line sizes and say who
+    needs answers. A source that cannot be opened is one error in ``errors`` (raised as
+    :class:`TaskDataError` without it); a generator's own exception propagates.
+    ``system=False`` yields the rows as the data has them (the pre-flight checks the
+    system prompt on its own)."""
+    rules = rules or data_rules(cfg, None)
+    prompt = cfg.task.get("system_prompt") if system else None
+    for where, example in _raw_examples(cfg, errors, rules):
+        yield where, with_system_prompt(example, prompt)
+
+
+def _raw_examples(cfg: Any, errors: Scan | None, rules: DataRules) -> Iterator[tuple[str, Example]]:
+    from art_hydra.tasks import dataset
+
+    task_cfg = cfg.task
+    if task_cfg.source == TaskSource.generated:
+        generator = resolve_task_code(task_cfg, "task.generator")
+        for i, example in enumerate(generate_examples(task_cfg, generator, cfg.seed)):
+            if isinstance(example, Example):
+                yield f"example #{i} ({example.prompt[:40]!r})", example
+            else:
+                _bad(
+                    errors,
+                    f"example #{i}",
+                    f"is a {type(example).__name__}; a generator must yield "
+                    "art_hydra.tasks.Example objects",
+                )
+        return
+    if task_cfg.source == TaskSource.jsonl:
+        path = os.path.expanduser(str(task_cfg.path))
+        rows = iter_records(
+            path, max_line_bytes=rules.max_line_bytes, limit_reason=rules.limit_reason
+        )
+        for where, record in rows:
+            found = (
+                record
+                if isinstance(record, str)
+                else record_example(record, rules.answer_needed_by)
+            )
+            if isinstance(found, str):
+                _bad(errors, where, found)
+            else:
+                yield where, found
+        return
+    try:
+        source = dataset.resolve_source(str(task_cfg.path))
+        splits = dataset.split_names(source)
+    except dataset.SourceError as exc:
+        _bad(errors, str(task_cfg.path), str(exc), fix_note=exc.fix)
+        return
+    if task_cfg.split not in splits:
+        _bad(
+            errors,
+            str(task_cfg.path),
+            f"has no split {task_cfg.split!r} (its splits: {', '.join(splits)})",
+            {"task.split": splits[0]},
+        )
+        return
+    columns = dataset.Columns.of(task_cfg)
+    rows = dataset.iter_rows(source, task_cfg.split, rules.max_line_bytes, rules.limit_reason)
+    for where, record in rows:
+        found = (
+            record
+            if isinstance(record, str)
+            else dataset.row_example(record, columns, rules.answer_needed_by)
+        )
+        if isinstance(found, Example):
+            yield where, found
+        elif isinstance(found, str):
+            _bad(errors, where, found)
+        else:
+            _bad(errors, where, found.message, found.fix)
+
+
+def _bad(
+    errors: Scan | None,
+    where: str,
+    message: str,
+    fix: dict[str, str] | None = None,
+    fix_note: str | None = None,
+) -> None:
+    """Record a row that cannot be used, or raise it when nobody collects them."""
+    if errors is None:
+        raise TaskDataError(f"the task data cannot be used:\n{where}: {message}")
+    errors.add_error(where, message, fix)
+    if fix_note is not None and errors.note is None:
+        errors.note = fix_note
+
+
 def build_task(cfg: Any) -> Task:
     """Build the task of run config ``cfg`` (reads ``cfg.task``, and the length budget and
-    algorithm that decide which data lines are usable)."""
+    algorithm that decide which data rows are usable)."""
     task_cfg = cfg.task
     reward = resolve_task_code(task_cfg, "task.reward._target_")
-    if task_cfg.source == TaskSource.jsonl:
-        rules = data_rules(cfg, reward)
-        examples = read_jsonl(
-            task_cfg.path,
-            max_line_bytes=rules.max_line_bytes,
-            limit_reason=rules.limit_reason,
-            answer_needed_by=rules.answer_needed_by,
-        )
-    else:
-        generator = resolve_task_code(task_cfg, "task.generator")
-        examples = generate_examples(task_cfg, generator, cfg.seed)
+    scan = Scan()
+    examples = [example for _, example in iter_examples(cfg, scan, data_rules(cfg, reward))]
+    if scan.error_count:
+        raise TaskDataError(f"the task data cannot be used:\n{scan.summary()}")
     if not examples:
         raise TaskDataError(f"task {task_cfg.name!r} has no examples")
     return Task(task_cfg.name, examples, reward, task_cfg.reward._target_)

@@ -30,12 +30,13 @@ class Example:
 
     def __post_init__(self) -> None:
         for name, value in (("prompt", self.prompt), ("answer", self.answer)):
-            reason = _not_text(value, optional=name == "answer")
+            reason = not_text(value, optional=name == "answer")
             if reason is not None:
                 raise TaskDataError(f"an example's {name} {reason}")
 
 
-def _not_text(value: object, optional: bool) -> str | None:
+def not_text(value: object, optional: bool) -> str | None:
+    """Why ``value`` is not text a tokenizer can encode (None: it is)."""
     if value is None and optional:
         return None
     if not isinstance(value, str):

@@ -1,4 +1,5 @@
-"""Read a user's JSONL file: one {"prompt": str, "answer": str (optional)} object per line.
+"""Read a user's JSONL file: one {"prompt": str, "answer": str (optional)} object per line
+(other keys are kept for the rewards).
 
 The file is streamed, never loaded whole: memory grows with the examples kept, not with
 the file. Each line is checked for size before it is decoded or parsed, so one huge
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,11 +48,17 @@ class Scan:
     errors: list[str] = field(default_factory=list)
     #: Every problem, listed or not.
     error_count: int = 0
+    #: Overrides that would repair the first problem that has one (a column mapping).
+    fix: dict[str, str] | None = None
+    #: What to do, in words, where no override repairs it (a hub dataset to download).
+    note: str | None = None
 
-    def add_error(self, where: str, message: str) -> None:
+    def add_error(self, where: str, message: str, fix: dict[str, str] | None = None) -> None:
         self.error_count += 1
         if len(self.errors) < MAX_LISTED:
             self.errors.append(f"{where}: {message}")
+        if fix is not None and self.fix is None:
+            self.fix = fix
 
     def summary(self) -> str:
         more = self.error_count - len(self.errors)
@@ -67,8 +74,8 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return record
 
 
-def _parse(raw: bytes, answer_needed_by: str | None) -> Example | str:
-    """An example, or why the line cannot be one."""
+def _decode(raw: bytes) -> dict[str, Any] | str:
+    """The line's JSON object, or why it is not one."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -83,6 +90,12 @@ def _parse(raw: bytes, answer_needed_by: str | None) -> Example | str:
         return f"not valid JSON for a task: {exc}"
     if not isinstance(record, dict):
         return f"expected a JSON object, got {type(record).__name__}"
+    return record
+
+
+def record_example(record: dict[str, Any], answer_needed_by: str | None) -> Example | str:
+    """``task=jsonl``'s line: a ``prompt`` and an optional ``answer``; every other key is
+    kept in :attr:`Example.columns` for the rewards."""
     prompt = record.get("prompt")
     if not isinstance(prompt, str) or not prompt:
         return "needs a non-empty string 'prompt'"
@@ -91,7 +104,42 @@ def _parse(raw: bytes, answer_needed_by: str | None) -> Example | str:
         return f"'answer' must be a string, not {type(answer).__name__}"
     if answer_needed_by and not answer:
         return f"has no 'answer', which {answer_needed_by} needs"
-    return Example(prompt=prompt, answer=answer)
+    columns = {k: v for k, v in record.items() if k != "prompt"}
+    return Example(prompt=prompt, answer=answer, columns=columns)
+
+
+def iter_records(
+    path: str, *, max_line_bytes: int, limit_reason: str = ""
+) -> Iterator[tuple[str, dict[str, Any] | str]]:
+    """Stream ``path``'s lines as ``(file:line, JSON object or why the line is not one)``;
+    blank lines are skipped, an unreadable file is one error named by its path."""
+    try:
+        handle = open_regular(path)
+    except OSError as exc:
+        yield path, f"cannot be read as task data: {exc.strerror}"
+        return
+    try:
+        with handle:
+            number = 0
+            while raw := handle.readline(max_line_bytes + 1):
+                number += 1
+                where = f"{path}:{number}"
+                if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                    size = len(raw)
+                    while chunk := handle.readline(1 << 20):  # skip the rest, holding none of it
+                        size += len(chunk)
+                        if chunk.endswith(b"\n"):
+                            break
+                    yield (
+                        where,
+                        f"the line has {size:,} bytes, far more than a prompt that fits "
+                        f"{limit_reason} could take (at most {max_line_bytes:,} bytes per line)",
+                    )
+                    continue
+                if raw.strip():
+                    yield where, _decode(raw)
+    except OSError as exc:  # a failing disk, a file truncated under the scan
+        yield path, f"reading the task data failed: {exc.strerror or exc}"
 
 
 def scan_jsonl(
@@ -106,40 +154,16 @@ def scan_jsonl(
     and collect every problem with its ``file:line``."""
     scan = Scan()
     path = os.path.expanduser(path)
-    try:
-        handle = open_regular(path)
-    except OSError as exc:
-        scan.add_error(path, f"cannot be read as task data: {exc.strerror}")
-        return scan
-    try:
-        with handle:
-            number = 0
-            while raw := handle.readline(max_line_bytes + 1):
-                number += 1
-                where = f"{path}:{number}"
-                if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
-                    size = len(raw)
-                    while chunk := handle.readline(1 << 20):  # skip the rest, holding none of it
-                        size += len(chunk)
-                        if chunk.endswith(b"\n"):
-                            break
-                    scan.add_error(
-                        where,
-                        f"the line has {size:,} bytes, far more than a prompt that fits "
-                        f"{limit_reason} could take (at most {max_line_bytes:,} bytes per line)",
-                    )
-                    continue
-                if not raw.strip():
-                    continue
-                parsed = _parse(raw, answer_needed_by)
-                if isinstance(parsed, str):
-                    scan.add_error(where, parsed)
-                    continue
-                scan.examples += 1
-                if visit is not None:
-                    visit(number, parsed)
-    except OSError as exc:  # a failing disk, a file truncated under the scan
-        scan.add_error(path, f"reading the task data failed: {exc.strerror or exc}")
+    for where, record in iter_records(
+        path, max_line_bytes=max_line_bytes, limit_reason=limit_reason
+    ):
+        parsed = record if isinstance(record, str) else record_example(record, answer_needed_by)
+        if isinstance(parsed, str):
+            scan.add_error(where, parsed)
+            continue
+        scan.examples += 1
+        if visit is not None:
+            visit(int(where.rpartition(":")[2]), parsed)
     if scan.examples == 0 and scan.error_count == 0:
         scan.add_error(path, "no examples (the file is empty)")
     return scan

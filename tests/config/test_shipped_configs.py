@@ -34,6 +34,8 @@ def _options(group: str) -> list[str]:
 )
 def test_option_composes_and_validates(group: str, option: str, tmp_path: Path) -> None:
     extra = list(NEEDS.get((group, option), []))
+    if (group, option) == ("task", "dataset"):
+        extra.append("task.path=owner/name")
     if (group, option) == ("task", "jsonl"):
         data = tmp_path / "data.jsonl"
         data.write_text('{"prompt": "hi", "answer": "there"}\n')
