@@ -212,7 +212,9 @@ def _gather(cfg: DictConfig, rules: DataRules) -> DataStats | tuple[str, Any]:
         return f"raised {type(exc).__name__}: {exc}", fix(note="fix the generator")
     if scan.error_count:
         n = scan.error_count
-        what = "example" if generated else "row"
+        what = {TaskSource.generated: "example", TaskSource.jsonl: "line"}.get(
+            cfg.task.source, "row"
+        )
         reason = f"{n} {what}{'s' if n != 1 else ''} cannot be used:\n{scan.summary()}"
         if scan.fix and "<column>" not in scan.fix.values():
             return reason, fix(scan.fix)
@@ -221,9 +223,12 @@ def _gather(cfg: DictConfig, rules: DataRules) -> DataStats | tuple[str, Any]:
         remedy = "fix the generator" if generated else "repair or remove the rows listed"
         return reason, fix(note=scan.note or remedy)
     if not stats.count:
-        return ("produced no examples." if generated else "holds no examples."), fix(
-            note="fix the generator" if generated else "task.path=<data with examples>"
-        )
+        if generated:
+            return "produced no examples.", fix(note="fix the generator")
+        empty = f"{cfg.task.path}: no examples (the data is empty)"
+        if cfg.task.source == TaskSource.jsonl:
+            empty = f"1 line cannot be used:\n{cfg.task.path}: no examples (the file is empty)"
+        return empty, fix(note="task.path=<data with examples>")
     return stats
 
 

@@ -20,6 +20,7 @@ GROUPS = ["algorithm", "backend", "model", "task", "experiment"]
 # its prompts).
 NEEDS: dict[tuple[str, str], list[str]] = {
     ("task", "jsonl"): ["model=qwen2_5_0_5b_instruct"],
+    ("task", "dataset"): ["model=qwen2_5_0_5b_instruct"],
 }
 
 
