@@ -22,6 +22,7 @@ from art_hydra.config.schema import (
 from art_hydra.config.targets import ROLE_OF_KEY, NotMarkedError, TargetError
 from art_hydra.preflight.common import top_p_problems, world_problem
 from art_hydra.safe_paths import file_refusal
+from art_hydra.tasks import dataset
 from art_hydra.tasks.base import DataRules, data_rules, iter_examples, resolve_task_code
 from art_hydra.tasks.examples import Example, TaskDataError
 from art_hydra.tasks.jsonl import Scan
@@ -209,7 +210,14 @@ def _gather(cfg: DictConfig, rules: DataRules) -> DataStats | tuple[str, Any]:
         for where, example in iter_examples(cfg, scan, rules, system=False):
             stats.add(where, example)
     except Exception as exc:  # the generator's own code, or an example it made
-        return f"raised {type(exc).__name__}: {exc}", fix(note="fix the generator")
+        if generated:
+            return f"raised {type(exc).__name__}: {exc}", fix(note="fix the generator")
+        return (
+            f"cannot be read as task data: {type(exc).__name__}: {exc}",
+            fix(note="task.path=<a readable json, jsonl, csv or parquet file>"),
+        )
+    if scan.note is not None:  # the source itself: nothing to list by row
+        return scan.errors[0].removeprefix(f"{cfg.task.path}: "), fix(note=scan.note)
     if scan.error_count:
         n = scan.error_count
         what = {TaskSource.generated: "example", TaskSource.jsonl: "line"}.get(
@@ -236,6 +244,11 @@ def _fingerprint(path: str) -> tuple:
     """What a data file or folder's contents are judged by for the cache: the size and
     modification time of each file (a hub id is its own name)."""
     local = os.path.expanduser(path)
+    if not os.path.lexists(local):
+        try:  # a hub id: its cached snapshot, when there is one
+            local = dataset.resolve_source(path).base or local
+        except dataset.SourceError:
+            return (path,)
     try:
         if not os.path.isdir(local):
             info = os.stat(local)

@@ -304,8 +304,8 @@ def _format(path: str) -> str | None:
 
 def _folder_files(folder: str) -> dict[str, tuple[str, ...]]:
     """A folder's data files by split, as ``datasets`` splits a repository by file name."""
-    from datasets.data_files import DataFilesDict, get_data_patterns
-    from datasets.exceptions import DataFilesNotFoundError, EmptyDatasetError
+    from datasets.data_files import DataFilesDict, EmptyDatasetError, get_data_patterns
+    from datasets.exceptions import DataFilesNotFoundError
 
     try:
         patterns = get_data_patterns(folder)
