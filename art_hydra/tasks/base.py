@@ -95,11 +95,12 @@ def iter_examples(
 
     ``where`` names the row: ``file:line`` (JSONL lines, CSV), ``file:row N`` (parquet,
     Arrow, a JSON array; N from 0), ``split:row`` (a ``save_to_disk`` folder) or
-    ``example #i`` (a generator). Rows that cannot be used are skipped and recorded in
-    ``errors`` when it is given (the pre-flight reports them, :func:`build_task` raises
-    them); ``rules`` (default: the algorithm's, no reward) bound line sizes and say who
-    needs answers. A source that cannot be opened is one error in ``errors`` (raised as
-    :class:`TaskDataError` without it); a generator's own exception propagates.
+    ``example #i`` (a generator). With ``errors`` (a :class:`Scan`), rows that cannot be
+    used are skipped and recorded there, a source that cannot be opened as one error
+    (the pre-flight reports them, :func:`build_task` raises them all at once); without
+    it the first one raises :class:`TaskDataError`. A generator's own exception
+    propagates. ``rules`` (default: the algorithm's, with no reward) bound line sizes
+    and say who needs answers.
     ``system=False`` yields the rows as the data has them (the pre-flight checks the
     system prompt on its own)."""
     rules = rules or data_rules(cfg, None)

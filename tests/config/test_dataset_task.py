@@ -130,12 +130,17 @@ def test_a_hub_dataset_is_read_from_the_cache_and_never_downloaded(
     snapshot = repo / "snapshots" / commit / "data"
     snapshot.mkdir(parents=True)
     _write(snapshot, "parquet", ROWS, "train-00000-of-00001")
+    # a loading script in the repository is data to ignore, never code to run
+    marker = tmp_path / "script-ran"
+    script = f"open({str(marker)!r}, 'w').write('ran')\n"
+    (snapshot.parent / "sums.py").write_text(script)
     found = _examples("acme/sums")
     assert next((w, e.prompt) for w, e in found) == (
         "data/train-00000-of-00001.parquet:row 0",
         "3+4=",
     )
     assert _world("acme/sums") == {}
+    assert not marker.exists()
 
 
 @pytest.mark.parametrize(
