@@ -169,6 +169,11 @@ def test_resume_rules_and_legacy_values_are_those_the_run_folder_always_used() -
         "distributed.world_size": 1,
         "distributed.backend": "auto",
         "distributed.timeout_s": 300.0,
+        "task.split": "train",
+        "task.columns.prompt": "prompt",
+        "task.columns.answer": None,
+        "task.columns.messages": "messages",
+        "task.system_prompt": None,
     }
 
 
