@@ -158,14 +158,11 @@ def _answer(
         if reason is not None:
             return BadRow(f"'{name}' {reason}")
     if needed_by and not value:
-        where = (
-            f"'{name}' is empty"
-            if name
-            else f"no answer column (its columns: {', '.join(present)})"
-        )
+        if name is not None:
+            return BadRow(f"has an empty '{name}', which {needed_by} needs")
         return BadRow(
-            f"has {where}, which {needed_by} needs",
-            None if name else {"task.columns.answer": _guess(present, ANSWER_GUESSES)},
+            f"has no answer column (its columns: {', '.join(present)}), which {needed_by} needs",
+            {"task.columns.answer": _guess(present, ANSWER_GUESSES)},
         )
     return value
 

@@ -275,6 +275,7 @@ def test_chat_template_is_read_from_the_tokenizer_files(tmp_path: Path) -> None:
             "'prompt'[0] has its content as a list of parts (TRL's multimodal format",
         ),
         ({"prompt": "a=", "completion": 7}, "'completion' must be text, not int"),
+        ({"prompt": "a=", "completion": ""}, "has an empty 'completion', which the reward"),
         ({"messages": "hi"}, "'messages' must be a list of messages, not str"),
         ({"text": "hi"}, "has neither a 'prompt' column (task.columns.prompt) nor a 'messages'"),
     ],
