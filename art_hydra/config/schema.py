@@ -546,12 +546,19 @@ class RewardEntry:
     the metrics. Its limits are checked by the rewards validator (the bound walker does
     not walk into lists)."""
 
-    _target_: str = MISSING
-    #: Its share of the total: the total reward is the weighted sum of the rewards that
-    #: apply to a sample (a batched reward's None does not apply).
-    weight: float = 1.0
-    #: Logged as reward/<name>/mean and /std; None: the function's name.
-    name: str | None = None
+    _target_: str = setting(
+        MISSING,
+        help=(
+            "Dotted path of the reward: per sample f(prompt=, completion=, answer=) -> float, "
+            "or batched as TRL calls it, f(prompts, completions, **columns) -> list."
+        ),
+    )
+    weight: float = setting(
+        1.0, help="Its share of the total: the weighted sum of the rewards that apply."
+    )
+    name: str | None = setting(
+        None, help="Logged as reward/<name>/mean and /std; null: the function's name."
+    )
 
 
 @dataclass
@@ -583,6 +590,7 @@ class TaskConfig:
     )
     rewards: list[RewardEntry] = setting(
         factory=list,
+        legacy=[],
         help=(
             "Rewards as [{_target_: mod.f, weight: 1.0, name: f}, ...]: the total is the "
             "weighted sum of those that apply; not empty, it replaces task.reward."

@@ -169,6 +169,7 @@ def test_resume_rules_and_legacy_values_are_those_the_run_folder_always_used() -
         "distributed.world_size": 1,
         "distributed.backend": "auto",
         "distributed.timeout_s": 300.0,
+        "task.rewards": [],
     }
 
 
