@@ -289,13 +289,39 @@ def test_a_library_gadget_in_the_list_is_refused_whoever_names_it(tmp_path: Path
 
 def test_the_same_list_on_the_command_line_runs_from_the_working_folder(tmp_path: Path) -> None:
     """``art-hydra`` imports a module of the working folder as ``python -m`` does (no
-    PYTHONPATH), and a list the user typed is their own choice."""
-    marker = tmp_path / "pwned"
-    (tmp_path / "evil.py").write_text(EVIL.format(marker=str(marker)))
-    proc = run_cli("task.rewards=[{_target_: evil.score}]", "dry_run=true", cwd=tmp_path)
+    PYTHONPATH), and an unmarked function the user typed is their own choice."""
+    (tmp_path / "myrew.py").write_text(MODULE)
+    proc = run_cli(
+        "task.generator=myrew.examples",
+        "task.rewards=[{_target_: myrew.acc},{_target_: myrew.length}]",
+        "dry_run=true",
+        cwd=tmp_path,
+    )
     out = output_of(proc)
     assert proc.returncode == 0, out
-    assert "reward: evil.score" in out  # listed as code outside art_hydra
+    assert "reward: myrew.acc" in out and "reward: myrew.length" in out
+
+
+def test_a_resume_names_the_reward_of_the_list_whose_source_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from art_hydra import run_identity
+
+    module = tmp_path / "resumed_rewards.py"  # a name no other test imports
+    module.write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    overrides = [
+        "task.generator=resumed_rewards.examples",
+        "task.rewards=[{_target_: resumed_rewards.acc},{_target_: resumed_rewards.length}]",
+    ]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    run_identity.record(compose(overrides), run_dir)
+    module.write_text(MODULE.replace("/ 8", "/ 16"))
+    found = {p.key: p for p in run_identity.resume_problems(compose(overrides), run_dir)}
+    changed = found["task.rewards.1._target_"]
+    assert "source changed" in changed.reason and changed.value == "resumed_rewards.length"
+    assert found["task.rewards.0._target_"].severity.value == "warning"  # same function
 
 
 # ---- a run: each reward logged on its own ---------------------------------------------
