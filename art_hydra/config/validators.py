@@ -273,6 +273,15 @@ def _reward_name(entry: DictConfig) -> str:
     return str(entry.name) if entry.name else str(entry._target_).rpartition(".")[2]
 
 
+def _reward_metrics(cfg: DictConfig) -> set[str]:
+    """Each reward's own metrics: ``reward/<name>/mean``, ``/std`` and ``/count``."""
+    if len(cfg.task.rewards):
+        names = [_reward_name(e) for e in cfg.task.rewards]
+    else:
+        names = [str(cfg.task.reward._target_).rpartition(".")[2]]
+    return {f"reward/{n}/{part}" for n in names for part in ("mean", "std", "count")}
+
+
 @validator
 def rewards_are_weighed_and_named(cfg: DictConfig) -> Iterator[Problem]:
     """Each reward of ``task.rewards`` has a finite weight and a name of its own in the
@@ -480,7 +489,7 @@ def objective_names_a_logged_metric(cfg: DictConfig) -> Iterator[Problem]:
         return
     algorithm = cfg.algorithm.name
     valid = logged_metrics(algorithm)
-    if metric in valid:
+    if metric in valid or (_is_rl(cfg) and metric in _reward_metrics(cfg)):
         return
     other = next(a for a in AlgorithmName if a != algorithm)
     why = (
