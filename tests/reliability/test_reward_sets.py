@@ -277,6 +277,41 @@ def test_an_unmarked_reward_in_a_config_files_list_is_refused_unimported(tmp_pat
         assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.parametrize(
+    "params",
+    [
+        "      task.rewards.0._target_: evil.score\n",
+        "      task.rewards: '[{_target_: evil.score}], [{_target_: good.fine}]'\n",
+    ],
+)
+def test_a_sweep_over_the_list_in_a_config_file_is_not_the_users_hand(
+    tmp_path: Path, params: str
+) -> None:
+    marker = tmp_path / "pwned"
+    (tmp_path / "evil.py").write_text(EVIL.format(marker=str(marker)))
+    (tmp_path / "good.py").write_text(MARKED)
+    _experiment(
+        tmp_path / "conf",
+        "hydra:\n  sweeper:\n    params:\n"
+        + params
+        + "task:\n  rewards:\n    - _target_: good.fine\n",
+    )
+    proc = run_cli(
+        "-m",
+        "--config-dir",
+        str(tmp_path / "conf"),
+        "experiment=shared",
+        "dry_run=true",
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    out = output_of(proc)
+    assert proc.returncode == 1, out
+    assert "task.rewards.0._target_ = evil.score" in out and "not marked as a reward" in out
+    assert "Traceback" not in out
+    assert not marker.exists()
+
+
 def test_a_library_gadget_in_the_list_is_refused_whoever_names_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigValidationError) as info:
         compose(["task.rewards=[{_target_: numpy.load}]"])
