@@ -124,6 +124,7 @@ def main() -> None:
     signal before the training loop ends the command with one line and the shell's
     status (:mod:`art_hydra.interrupts`), never a traceback. ``art-hydra summarize
     SWEEP_DIR`` summarises a sweep folder instead (:mod:`art_hydra.sweep_summary`)."""
+    _working_folder_on_path()
     if sys.argv[1:2] == ["summarize"]:
         from art_hydra.sweep_summary import main as summarize
 
@@ -138,6 +139,19 @@ def main() -> None:
             "trained or saved; run the same command again to start.\n"
         )
         sys.exit(130)
+
+
+def _working_folder_on_path() -> None:
+    """Put the working folder first on ``sys.path``, as ``python -m art_hydra`` has it.
+
+    A console script's ``sys.path[0]`` is its own folder (the environment's ``bin``), so
+    ``art-hydra task.reward._target_=my_rewards.score`` could not import the
+    ``my_rewards.py`` beside the user's data while ``python -m art_hydra`` can: both
+    commands must run the same code. Trust does not widen: which functions may run is
+    still decided by the markers and the user's hand (:mod:`art_hydra.config.targets`)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path[:1]:
+        sys.path.insert(0, cwd)
 
 
 def _main() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -22,8 +23,10 @@ from art_hydra.packing import PackedBatch, Sequence, pack
 from art_hydra.rl.advantages import group_advantages
 from art_hydra.rl.sampling import SamplingSettings, sample
 from art_hydra.tasks import Example, Task, TaskDataError
-from art_hydra.tasks.scoring import score_batch
+from art_hydra.tasks.scoring import Scores, score_rewards
 from art_hydra.trainer import eval_mode
+
+log = logging.getLogger(__name__)
 
 
 class ExampleStream:
@@ -142,6 +145,37 @@ def encode_checked(
             "to fit) or shorten the prompts"
         )
     return encoded
+
+
+def _part(scores: Scores, start: int, stop: int) -> dict[str, list[float | None]]:
+    """Each reward's values for completions ``start:stop``, by its metric name."""
+    return {
+        bound.spec.name: values[start:stop]
+        for bound, values in zip(scores.rewards, scores.per_reward, strict=True)
+    }
+
+
+def reward_metrics(per_reward: dict[str, list[float | None]]) -> dict[str, float | None]:
+    """``reward/<name>/mean`` and ``/std`` over the completions each reward applies to
+    (TRL's nanmean and nanstd; None when it applies to none), and ``/count``, how many
+    that is (the ranks' metrics are combined from it)."""
+    found: dict[str, float | None] = {}
+    for name, values in per_reward.items():
+        applied = [v for v in values if v is not None]
+        mean = sum(applied) / len(applied) if applied else None
+        std = (
+            (sum((v - mean) ** 2 for v in applied) / len(applied)) ** 0.5
+            if mean is not None
+            else None
+        )
+        found.update(
+            {
+                f"reward/{name}/mean": mean,
+                f"reward/{name}/std": std,
+                f"reward/{name}/count": float(len(applied)),
+            }
+        )
+    return found
 
 
 @dataclass
@@ -280,9 +314,21 @@ class RLProducer:
         self.generations += 1
         texts = tok.batch_decode(completions, skip_special_tokens=True)
         pairs = list(zip((ex for ex in examples for _ in range(n)), texts, strict=True))
-        rewards = score_batch(
-            self.task.reward, self.task.reward_name, pairs, self.timeouts.reward_s
+        scores = score_rewards(
+            self.task.rewards,
+            pairs,
+            self.timeouts.reward_s,
+            completions,
+            global_step=(self.generations - 1) * self.rl.steps_per_generation,
         )
+        rewards = scores.totals
+        if scores.none_all:
+            log.warning(
+                "%d of %d completions had no reward that applies (every reward returned None): "
+                "their total is 0, as in TRL.",
+                scores.none_all,
+                len(rewards),
+            )
         advantages, _ = group_advantages(rewards, n, self.rl.scale_rewards)
         sequences = [
             Sequence(tokens=p + c, prompt_len=len(p), advantage=a, old_logprobs=lp)
@@ -296,6 +342,7 @@ class RLProducer:
                 texts[start : start + size],
                 rewards[start : start + size],
                 completions[start : start + size],
+                _part(scores, start, start + size),
             )
             for start in range(0, len(sequences), size)
         ]
@@ -307,6 +354,7 @@ class RLProducer:
         texts: list[str],
         rewards: list[float],
         completions: list[list[int]],
+        per_reward: dict[str, list[float | None]],
     ) -> MiniBatch:
         n = self.rl.num_generations
         mean = sum(rewards) / len(rewards)
@@ -320,10 +368,16 @@ class RLProducer:
             "zero_std_groups": float(zero_groups),
             "completion_length": sum(len(c) for c in completions) / len(completions),
             "completions": float(len(completions)),
+            **reward_metrics(per_reward),
         }
         shown = min(self.log_completions, len(examples))  # one per group
         samples = [
-            {"prompt": examples[i // n].prompt, "completion": texts[i], "reward": rewards[i]}
+            {
+                "prompt": examples[i // n].prompt,
+                "completion": texts[i],
+                "reward": rewards[i],
+                "rewards": {name: values[i] for name, values in per_reward.items()},
+            }
             for i in range(0, n * shown, n)
         ]
         return MiniBatch(sequences, info, samples)

@@ -591,6 +591,8 @@ def _record(result: Any, elapsed: float) -> dict[str, Any]:
         "real_token_share": result.real_token_share,
         "tokens_per_s": result.trained_tokens / elapsed,
         "step_time_s": elapsed,
+        # Each reward's own mean, std and count (reward/<name>/...), next to the total's.
+        **{k: v for k, v in result.info.items() if k.startswith("reward/")},
     }
 
 
@@ -662,7 +664,35 @@ def _combine(world: Any, cfg: DictConfig, result: Any, last: dict[str, Any], sto
         tokens_per_s=sums[10] / last["step_time_s"],
     )
     stop.agreed = bool(sums[12])  # every rank stops at this step if any was signalled
+    if world.size > 1:
+        combined.update(_combine_rewards(world, cfg, last))
     return combined
+
+
+def _combine_rewards(world: Any, cfg: DictConfig, last: dict[str, Any]) -> dict[str, Any]:
+    """Each reward's ``reward/<name>/mean``, ``/std`` and ``/count`` over every rank, from
+    the count of completions it applied to on each (every rank has the same rewards)."""
+    from art_hydra import distributed
+
+    names = sorted(
+        k[: -len("/count")] for k in last if k.startswith("reward/") and k.endswith("/count")
+    )
+    parts: list[float] = []
+    for name in names:
+        n = float(last[f"{name}/count"] or 0.0)
+        mean, std = last[f"{name}/mean"] or 0.0, last[f"{name}/std"] or 0.0
+        parts += [n, n * mean, n * (std**2 + mean**2)]
+    if not parts:
+        return {}
+    sums = _control(world, cfg, "combining the rewards' metrics", distributed.all_sum, parts)
+    found: dict[str, Any] = {}
+    for i, name in enumerate(names):
+        n, total, squares = sums[3 * i : 3 * i + 3]
+        mean = total / n if n else None
+        found[f"{name}/count"] = n
+        found[f"{name}/mean"] = mean
+        found[f"{name}/std"] = max(squares / n - mean**2, 0.0) ** 0.5 if mean is not None else None
+    return found
 
 
 def resume_command(run_dir: Path, ranks: int = 1) -> str:

@@ -6,8 +6,8 @@ replaced: a resume would then continue another run under the old one's name (or 
 a raw size-mismatch traceback). ``run_identity.json`` records, when the run starts:
 
 - the data file (``task.source=jsonl``): its absolute path, size and SHA-256;
-- the reward and the generator: the file that defines each, the SHA-256 of that file and
-  of the function's own source;
+- every reward (``task.rewards``, or the one ``task.reward``) and the generator: the
+  file that defines each, the SHA-256 of that file and of the function's own source;
 - the base model: source, name and revision; for a local folder the SHA-256 of its
   ``config.json`` and the names and sizes of its weight files; for a Hub name the
   snapshot commit the local cache resolves the revision to (when it is cached). The tiny
@@ -36,6 +36,7 @@ from art_hydra import run_folder, safe_json, safe_paths
 from art_hydra.config.problems import Kind, Problem, Severity, fix
 from art_hydra.config.run_files import IDENTITY
 from art_hydra.config.schema import ModelSource, TaskSource
+from art_hydra.tasks.reward_set import reward_specs, uses_list
 
 _VERSION = 1
 #: SHA-256 sums already computed in this process, by (path, size, mtime): the CLI's
@@ -72,10 +73,10 @@ def _data(cfg: DictConfig) -> dict[str, Any] | None:
 def _code(cfg: DictConfig, key: str) -> dict[str, Any] | None:
     """The reward's or generator's defining file and source, through the allowlist (the
     pre-flight reports a target that does not resolve)."""
-    from art_hydra.tasks.base import resolve_task_code
+    from art_hydra.tasks.base import resolve_task_code, task_path
     from art_hydra.tasks.examples import TaskDataError
 
-    target = cfg.task.reward._target_ if key == "task.reward._target_" else cfg.task.generator
+    target = cfg.task.generator if key == "task.generator" else task_path(cfg.task, key)
     if key == "task.generator" and cfg.task.source != TaskSource.generated:
         return None
     if not target:
@@ -139,7 +140,8 @@ def current(cfg: DictConfig) -> dict[str, Any]:
     return {
         "version": _VERSION,
         "data": _data(cfg),
-        "reward": _code(cfg, "task.reward._target_"),
+        "reward": _code(cfg, "task.reward._target_") if not uses_list(cfg.task) else None,
+        "rewards": {spec.key: _code(cfg, spec.key) for spec in reward_specs(cfg.task)},
         "generator": _code(cfg, "task.generator"),
         "model": _model(cfg),
     }
@@ -201,7 +203,7 @@ def _data_problems(cfg: DictConfig, run_dir: Path, old: Any, new: Any) -> list[P
 def _code_problems(key: str, run_dir: Path, old: Any, new: Any) -> list[Problem]:
     if not old or not new or old.get("target") != new["target"]:
         return []  # a renamed target is a config change, which the config comparison names
-    what = "reward" if key == "task.reward._target_" else "generator"
+    what = "generator" if key == "task.generator" else "reward"
     where = new.get("file") or old.get("file") or "its module"
     remedy = f"restore {where} as it was when the run started, {_new_run(run_dir)}"
     old_src, new_src = old.get("source_sha256"), new.get("source_sha256")
@@ -286,6 +288,19 @@ def _model_problems(run_dir: Path, old: Any, new: Any) -> list[Problem]:
     return []
 
 
+def _reward_problems(run_dir: Path, old: dict[str, Any], new: dict[str, Any]) -> list[Problem]:
+    """Each reward's source against the one recorded for the same key (a record written
+    before ``task.rewards`` existed has the one ``reward``)."""
+    before = old.get("rewards")
+    if not isinstance(before, dict):
+        before = {"task.reward._target_": old.get("reward")}
+    return [
+        problem
+        for key, now in (new.get("rewards") or {}).items()
+        for problem in _code_problems(key, run_dir, before.get(key), now)
+    ]
+
+
 def resume_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
     """What changed since the run in ``run_dir`` started: one problem per change (the
     data file, the reward's or generator's source, the base model), each naming the
@@ -306,7 +321,7 @@ def resume_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
     new = current(cfg)
     return [
         *_data_problems(cfg, run_dir, old.get("data"), new["data"]),
-        *_code_problems("task.reward._target_", run_dir, old.get("reward"), new["reward"]),
+        *_reward_problems(run_dir, old, new),
         *_code_problems("task.generator", run_dir, old.get("generator"), new["generator"]),
         *_model_problems(run_dir, old.get("model"), new["model"]),
     ]

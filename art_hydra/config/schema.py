@@ -530,13 +530,15 @@ class DistributedConfig:
 
 @dataclass
 class RewardConfig:
-    """The task's reward function, named by `_target_`."""
+    """The task's reward function, named by `_target_` (the one-reward shorthand of
+    ``task.rewards``, which replaces it when not empty)."""
 
     _target_: str = setting(
         MISSING,
         help=(
             "Dotted path of a @reward function, called as f(prompt=, completion=, answer=) -> "
-            "float."
+            "float, or batched as f(prompts, completions, **columns) -> list; replaced by "
+            "task.rewards when that is not empty."
         ),
     )
 
@@ -568,6 +570,27 @@ class TaskColumns:
             "the last assistant turn is the answer, the turns before it the prompt."
         ),
         legacy="messages",
+    )
+
+
+@dataclass
+class RewardEntry:
+    """One reward of ``task.rewards``: a function, its weight in the total, its name in
+    the metrics. Its limits are checked by the rewards validator (the bound walker does
+    not walk into lists)."""
+
+    _target_: str = setting(
+        MISSING,
+        help=(
+            "Dotted path of the reward: per sample f(prompt=, completion=, answer=) -> float, "
+            "or batched as TRL calls it, f(prompts, completions, **columns) -> list."
+        ),
+    )
+    weight: float = setting(
+        1.0, help="Its share of the total: the weighted sum of the rewards that apply."
+    )
+    name: str | None = setting(
+        None, help="Logged as reward/<name>/mean and /std; null: the function's name."
     )
 
 
@@ -620,7 +643,17 @@ class TaskConfig:
     params: dict[str, Any] = setting(
         factory=dict, help="Keyword arguments passed to the generator."
     )
-    reward: RewardConfig = section(RewardConfig, help="Reward function.")
+    reward: RewardConfig = section(
+        RewardConfig, help="Reward function (shorthand for one reward; see task.rewards)."
+    )
+    rewards: list[RewardEntry] = setting(
+        factory=list,
+        legacy=[],
+        help=(
+            "Rewards as [{_target_: mod.f, weight: 1.0, name: f}, ...]: the total is the "
+            "weighted sum of those that apply; not empty, it replaces task.reward."
+        ),
+    )
     allowed_modules: list[str] = setting(
         factory=list,
         help=(

@@ -46,8 +46,16 @@ from typing import Any
 
 #: The attribute the markers set on a function: its role ("reward" or "generator").
 ROLE_ATTR = "__art_hydra_role__"
-#: Roles, by config key.
+#: Roles, by config key (and every ``task.rewards.N._target_`` is a reward: :func:`key_role`).
 ROLE_OF_KEY = {"task.reward._target_": "reward", "task.generator": "generator"}
+_REWARD_ENTRY = re.compile(r"^task\.rewards\.\d+\._target_$")
+
+
+def key_role(key: str) -> str:
+    """The role of the code ``key`` names: ``task.reward._target_`` and every
+    ``task.rewards.N._target_`` name a reward, ``task.generator`` a generator."""
+    return "reward" if _REWARD_ENTRY.match(key) else ROLE_OF_KEY[key]
+
 
 #: art_hydra's own marked rewards and generators: the only ``art_hydra.*`` targets.
 ART_HYDRA_REWARDS = frozenset(
@@ -138,7 +146,7 @@ def _own(role: str) -> frozenset[str]:
 def refusal(path: Any, key: str) -> str | None:
     """Why ``path`` may never be used as ``key``, whoever names it (None when it may be,
     if eligible); imports nothing."""
-    role = ROLE_OF_KEY[key]
+    role = key_role(key)
     if path is None or not _DOTTED.match(str(path)):
         return f"must be the dotted path of a function (module.function), not {path!r}."
     path = str(path)
@@ -236,7 +244,7 @@ def role_of(fn: Any) -> str | None:
 
 def not_marked(path: str, key: str) -> str:
     """Why a function a config file named may not run, and both ways to allow it."""
-    role = ROLE_OF_KEY[key]
+    role = key_role(key)
     module = path.rpartition(".")[0]
     return (
         f"names '{path}', which is not marked as a {role} (a def decorated @{role} in its "
@@ -259,7 +267,7 @@ def resolve(path: str, key: str, *, by_hand: bool = True, hand_modules: Iterable
     why = refusal(path, key)
     if why is not None:
         raise TargetError(why)
-    role = ROLE_OF_KEY[key]
+    role = key_role(key)
     module_name, _, attr = path.rpartition(".")
     hand_modules = tuple(str(m) for m in hand_modules)
     trusted = by_hand or any(_under(module_name, m) for m in hand_modules)
@@ -288,7 +296,7 @@ def resolve(path: str, key: str, *, by_hand: bool = True, hand_modules: Iterable
 
 
 def _eligible(fn: Any, path: str, key: str, trusted: bool, modules: tuple[str, ...]) -> Any:
-    role = ROLE_OF_KEY[key]
+    role = key_role(key)
     home = f"{fn.__module__ or ''}.{fn.__qualname__}"
     if refusal(home, key) is not None and home not in _own(role):
         raise TargetError(f"is '{home}' re-exported from '{path}': {refusal(home, key)}")

@@ -47,7 +47,7 @@ from art_hydra.config.problems import Kind, Problem, fix
 from art_hydra.config.targets import (
     ART_HYDRA_GENERATORS,
     ART_HYDRA_REWARDS,
-    ROLE_OF_KEY,
+    key_role,
     marker_in_source,
     module_origin,
     not_marked,
@@ -242,7 +242,8 @@ def _run_config_problems(cfg: Any, hand: Hand) -> list[Problem]:
                 ),
             )
         )
-    keys = ["task.reward._target_"]
+    found += _reward_shorthand_problems(cfg, hand)
+    keys = reward_keys(cfg)
     if str(_select(cfg, "task.source")) in ("generated", "TaskSource.generated"):
         keys.append("task.generator")
     for key in keys:
@@ -252,16 +253,60 @@ def _run_config_problems(cfg: Any, hand: Hand) -> list[Problem]:
         module = str(path).rpartition(".")[0]
         if hand_modules and any(module == m or module.startswith(f"{m}.") for m in modules):
             continue
-        if marker_in_source(str(path), ROLE_OF_KEY[key]) is not True:
+        if marker_in_source(str(path), key_role(key)) is not True:
             found.append(
                 _refused(
                     key,
                     path,
                     not_marked(str(path), key),
-                    fix(note=f"mark it @{ROLE_OF_KEY[key]}, or {key}={path} on the command line"),
+                    fix(note=f"mark it @{key_role(key)}, or {key}={path} on the command line"),
                 )
             )
     return found
+
+
+def _reward_entries(cfg: Any) -> list[Any]:
+    """``task.rewards`` as plain data (an empty list when absent or not a list)."""
+    entries = _view(cfg, "task.rewards")
+    return entries if isinstance(entries, list) else []
+
+
+def reward_keys(cfg: Any) -> list[str]:
+    """The keys of the rewards that run: every ``task.rewards.N._target_`` when the list
+    is not empty (it replaces the shorthand), else ``task.reward._target_``."""
+    entries = _reward_entries(cfg)
+    if entries:
+        return [f"task.rewards.{i}._target_" for i in range(len(entries))]
+    return ["task.reward._target_"]
+
+
+def _reward_shorthand_problems(cfg: Any, hand: Hand) -> list[Problem]:
+    """``task.reward._target_`` set by hand while ``task.rewards`` is not empty would do
+    nothing (the list replaces it): refused, whoever set the list."""
+    entries = _reward_entries(cfg)
+    key = "task.reward._target_"
+    if not entries or not hand.set(key):
+        return []
+    mine = _select(cfg, key)
+    shown = ", ".join(
+        f"{{_target_: {e.get('_target_')}, weight: {e.get('weight', 1.0)}}}"
+        for e in entries
+        if isinstance(e, dict)
+    )
+    by = "on the command line too" if hand.set("task.rewards") else "by a config file"
+    return [
+        _refused(
+            key,
+            mine,
+            f"is set by hand, but task.rewards is set {by} and, not empty, replaces "
+            f"task.reward: {mine} would not run. Name every reward in one place.",
+            fix(
+                note=f"drop {key}={mine} and list it with the others: "
+                f"'task.rewards=[{{_target_: {mine}, weight: 1.0}}, {shown}]'",
+                alt=fix(note=f"keep {key}={mine} alone with task.rewards=[]"),
+            ),
+        )
+    ]
 
 
 def _hydra_problems(cfg: Any, hand: Hand, chosen: GroupContent | None) -> list[Problem]:
@@ -612,9 +657,10 @@ def outside_code(cfg: Any, hydra: Any = None) -> list[tuple[str, str, str]]:
     """Every piece of code outside art_hydra the run would import or execute, as
     ``(what, name, file)``; ``hydra`` is the run's ``hydra`` node (or None)."""
     found: list[tuple[str, str, str]] = []
-    reward = _select(cfg, "task.reward._target_")
-    if reward and reward not in ART_HYDRA_REWARDS:
-        found.append(("reward", str(reward), _file_of(str(reward))))
+    for key in reward_keys(cfg):
+        reward = _select(cfg, key)
+        if reward and reward not in ART_HYDRA_REWARDS:
+            found.append(("reward", str(reward), _file_of(str(reward))))
     generator = _select(cfg, "task.generator")
     generated = str(_select(cfg, "task.source")) in ("generated", "TaskSource.generated")
     if generated and generator and generator not in ART_HYDRA_GENERATORS:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -247,6 +248,16 @@ def task_names_its_sources(cfg: DictConfig) -> Iterator[Problem]:
             f"the reward {why}",
             fix({"task.reward._target_": "art_hydra.tasks.rewards.exact_match"}),
         )
+    for i, entry in enumerate(task.rewards):
+        key = f"task.rewards.{i}._target_"
+        why = refusal(entry._target_, key)
+        if why is not None:
+            yield Problem(
+                key,
+                entry._target_,
+                f"the reward {why}",
+                fix(note=f"{key}=my_pkg.my_rewards.score (a function of your own)"),
+            )
     never = [m for m in task.allowed_modules if refused_module(str(m))]
     if never:
         yield Problem(
@@ -256,6 +267,64 @@ def task_names_its_sources(cfg: DictConfig) -> Iterator[Problem]:
             "torch, and art_hydra itself can never be allowed (their functions load files, "
             "write them or start processes); list only your own modules.",
             fix(note="task.allowed_modules=[my_pkg.my_rewards]"),
+        )
+
+
+def _reward_name(entry: DictConfig) -> str:
+    """A reward's name in the metrics: its ``name``, else its function's name."""
+    return str(entry.name) if entry.name else str(entry._target_).rpartition(".")[2]
+
+
+def _reward_metrics(cfg: DictConfig) -> set[str]:
+    """Each reward's own metrics: ``reward/<name>/mean``, ``/std`` and ``/count``."""
+    if len(cfg.task.rewards):
+        names = [_reward_name(e) for e in cfg.task.rewards]
+    else:
+        names = [str(cfg.task.reward._target_).rpartition(".")[2]]
+    return {f"reward/{n}/{part}" for n in names for part in ("mean", "std", "count")}
+
+
+@validator
+def rewards_are_weighed_and_named(cfg: DictConfig) -> Iterator[Problem]:
+    """Each reward of ``task.rewards`` has a finite weight and a name of its own in the
+    metrics (``reward/<name>/mean``); at least one weight is not 0 (else every total is
+    0 and GRPO learns nothing)."""
+    entries = list(cfg.task.rewards)
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        weight = entry.weight
+        if not math.isfinite(weight):
+            yield Problem(
+                f"task.rewards.{i}.weight",
+                weight,
+                "must be a finite number: the total reward is the weighted sum.",
+                fix({f"task.rewards.{i}.weight": 1.0}),
+            )
+        name = _reward_name(entry)
+        if not re.match(r"^[A-Za-z0-9_.\-]+$", name):
+            yield Problem(
+                f"task.rewards.{i}.name",
+                entry.name,
+                f"the reward's metric name {name!r} must be letters, digits, '_', '.' or '-' "
+                "(it becomes the metrics.jsonl key reward/<name>/mean and a TensorBoard tag).",
+                fix({f"task.rewards.{i}.name": f"reward_{i}"}),
+            )
+        elif name in seen:
+            yield Problem(
+                f"task.rewards.{i}.name",
+                entry.name,
+                f"logs as reward/{name}, as task.rewards.{seen[name]} does: each reward needs "
+                "a name of its own in the metrics.",
+                fix({f"task.rewards.{i}.name": f"{name}_{i}"}),
+            )
+        seen.setdefault(name, i)
+    if entries and _is_rl(cfg) and all(e.weight == 0 for e in entries):
+        yield Problem(
+            "task.rewards",
+            [e.weight for e in entries],
+            "every weight is 0: every total reward is 0, every group has zero spread, and "
+            "the loss and its gradient stay 0 forever.",
+            fix({"task.rewards.0.weight": 1.0}),
         )
 
 
@@ -422,7 +491,7 @@ def objective_names_a_logged_metric(cfg: DictConfig) -> Iterator[Problem]:
         return
     algorithm = cfg.algorithm.name
     valid = logged_metrics(algorithm)
-    if metric in valid:
+    if metric in valid or (_is_rl(cfg) and metric in _reward_metrics(cfg)):
         return
     other = next(a for a in AlgorithmName if a != algorithm)
     why = (

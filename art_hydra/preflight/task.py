@@ -20,13 +20,19 @@ from art_hydra.config.schema import (
     TaskSource,
 )
 from art_hydra.config.targets import ROLE_OF_KEY, NotMarkedError, TargetError
+from art_hydra.preflight import rewards as reward_checks
 from art_hydra.preflight.common import top_p_problems, world_problem
 from art_hydra.safe_paths import file_refusal
 from art_hydra.tasks import dataset
-from art_hydra.tasks.base import DataRules, data_rules, iter_examples, resolve_task_code
+from art_hydra.tasks.base import (
+    DataRules,
+    answer_needed_by,
+    data_rules,
+    iter_examples,
+    resolve_task_code,
+)
 from art_hydra.tasks.examples import Example, TaskDataError
 from art_hydra.tasks.jsonl import Scan
-from art_hydra.tasks.rewards import needs_answer
 
 
 def _code(cfg: DictConfig, key: str) -> tuple[Any, list[Problem]]:
@@ -88,10 +94,23 @@ class DataStats:
     no_answer: str | None = None
     #: Where the first conversational prompt is (None: every prompt is text).
     conversation: str | None = None
+    #: The first rows, on which the pre-flight calls each reward.
+    rows: list[Example] = field(default_factory=list)
+    #: The columns every row has (None before the first), and those some row has.
+    columns_every: set[str] | None = None
+    columns_some: set[str] = field(default_factory=set)
+    first_where: str = ""
 
     def add(self, where: str | int, example: Example) -> None:
         """Count ``example``; ``where`` is its ``file:line`` or its index."""
         self.count += 1
+        if len(self.rows) < reward_checks.ROWS:
+            self.rows.append(example)
+        names = set(example.columns)
+        if self.columns_every is None:
+            self.columns_every, self.first_where = set(names), _where(where, example)
+        self.columns_every &= names
+        self.columns_some |= names
         answer = example.answer or ""
         prompt = len(example.prompt)
         if prompt > self.prompt[0]:
@@ -118,14 +137,8 @@ _stats_cache: dict[tuple, DataStats | tuple[str, Any]] = {}
 
 def task_problems(cfg: DictConfig) -> list[Problem]:
     task = cfg.task
-    reward, problems = _code(cfg, "task.reward._target_")
-    if reward is not None:
-        problems += _signature_problems(
-            reward,
-            "task.reward._target_",
-            {"prompt": "p", "completion": "c", "answer": "a"},
-            "reward(prompt=..., completion=..., answer=...)",
-        )
+    resolved, problems = reward_checks.resolve_rewards(cfg)
+    reward = reward_checks.answer_pairs(resolved)
     if task.source == TaskSource.generated:
         found = _generator_problems(cfg)
         if found:
@@ -140,7 +153,7 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
     stats = _data_stats(cfg, reward)
     if isinstance(stats, tuple):
         return [*problems, world_problem(key, value, *stats)]
-    needed = _answer_needed_by(cfg, reward)
+    needed = answer_needed_by(cfg, reward)
     if needed and stats.no_answer is not None:
         problems.append(
             world_problem(
@@ -150,7 +163,25 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
                 fix(note="give every example an answer"),
             )
         )
+    elif cfg.algorithm.name == AlgorithmName.rl:
+        problems += _reward_call_problems(cfg, resolved, stats, key, problems)
     return problems + _template_problems(cfg, stats) + _length_problems(cfg, stats)
+
+
+def _reward_call_problems(
+    cfg: DictConfig, resolved: Any, stats: DataStats, key: str, problems: list[Problem]
+) -> list[Problem]:
+    """The rewards against the rows: the columns they take, then a call on the first rows
+    (see :mod:`art_hydra.preflight.rewards`)."""
+    columns = reward_checks.Columns(
+        frozenset(stats.columns_every or ()), frozenset(stats.columns_some), stats.first_where
+    )
+    value = cfg.task.path if key == "task.path" else cfg.task.generator
+    found = reward_checks.column_problems(resolved, columns, key, value)
+    if found:
+        return found
+    refused = {p.key for p in problems}
+    return reward_checks.call_problems(cfg, resolved, stats.rows, refused)
 
 
 def _generator_problems(cfg: DictConfig) -> list[Problem]:
@@ -332,14 +363,6 @@ def chat_template_known(model_cfg: Any) -> bool | None:
     except (OSError, ValueError):
         return None
     return bool(isinstance(data, dict) and data.get("chat_template"))
-
-
-def _answer_needed_by(cfg: DictConfig, reward: Any) -> str | None:
-    if cfg.algorithm.name == AlgorithmName.sft:
-        return "SFT"
-    if reward is not None and needs_answer(reward):
-        return f"the reward {cfg.task.reward._target_}"
-    return None
 
 
 def _data_file_problems(path: str) -> list[Problem]:

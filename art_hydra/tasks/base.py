@@ -13,18 +13,19 @@ from art_hydra.config.targets import TargetError, resolve
 from art_hydra.config.trust import current_hand
 from art_hydra.tasks.examples import Example, TaskDataError
 from art_hydra.tasks.jsonl import Scan, iter_records, line_limit, record_example
-from art_hydra.tasks.rewards import RewardFn, needs_answer
+from art_hydra.tasks.reward_set import reward_specs
+from art_hydra.tasks.rewards import needs_answer
+from art_hydra.tasks.scoring import BoundReward, bind
 
 
 @dataclass
 class Task:
-    """Examples to train on and the function that scores a completion."""
+    """Examples to train on and the rewards that score a completion."""
 
     name: str
     examples: list[Example]
-    reward: RewardFn
-    #: Dotted path of the reward, for error messages.
-    reward_name: str = ""
+    #: The rewards, weighted (see :mod:`art_hydra.tasks.reward_set`).
+    rewards: list[BoundReward]
 
     def charset(self) -> str:
         """Every character of every prompt and answer (the tiny model's vocabulary)."""
@@ -44,31 +45,54 @@ class DataRules:
     answer_needed_by: str | None
 
 
-def data_rules(cfg: Any, reward: Any) -> DataRules:
-    """The line rules for ``cfg``'s task: the length budget of the algorithm, and whether
-    SFT or the reward needs answers."""
+def answer_needed_by(cfg: Any, rewards: Any) -> str | None:
+    """Who needs every example to carry an answer: SFT, or the first reward that scores
+    against it (``rewards``: ``(path, function)`` pairs; a function may be None)."""
     if cfg.algorithm.name == AlgorithmName.sft:
-        budget, reason, needed = cfg.sft.max_length, f"sft.max_length={cfg.sft.max_length}", "SFT"
+        return "SFT"
+    for path, fn in rewards:
+        if fn is not None and needs_answer(fn):
+            return f"the reward {path}"
+    return None
+
+
+def data_rules(cfg: Any, rewards: Any) -> DataRules:
+    """The line rules for ``cfg``'s task: the length budget of the algorithm, and whether
+    SFT or a reward needs answers (``rewards``: ``(path, function)`` pairs)."""
+    if cfg.algorithm.name == AlgorithmName.sft:
+        budget, reason = cfg.sft.max_length, f"sft.max_length={cfg.sft.max_length}"
     else:
         budget = cfg.rl.max_prompt_length
         reason = f"rl.max_prompt_length={budget}"
-        needs = reward is not None and needs_answer(reward)
-        needed = f"the reward {cfg.task.reward._target_}" if needs else None
-    return DataRules(line_limit(budget), reason, needed)
+    return DataRules(line_limit(budget), reason, answer_needed_by(cfg, rewards))
 
 
 def resolve_task_code(task_cfg: Any, key: str) -> Any:
-    """The reward (``key="task.reward._target_"``) or generator: a marked function, or one
-    the user named by hand (the target, or its module in ``task.allowed_modules``; see
-    :mod:`art_hydra.config.targets`). Outside a checked entry (``train(cfg)`` from
-    Python) everything in ``cfg`` counts as the caller's own choice."""
-    path = task_cfg.reward._target_ if key == "task.reward._target_" else task_cfg.generator
+    """The reward (``key="task.reward._target_"`` or ``"task.rewards.N._target_"``) or
+    generator: a marked function, or one the user named by hand (the target, or its
+    module in ``task.allowed_modules``; see :mod:`art_hydra.config.targets`). Outside a
+    checked entry (``train(cfg)`` from Python) everything in ``cfg`` counts as the
+    caller's own choice."""
+    path = task_cfg.generator if key == "task.generator" else task_path(task_cfg, key)
     hand = current_hand()
     modules = task_cfg.allowed_modules if hand is None or hand.set("task.allowed_modules") else ()
     try:
         return resolve(path, key, by_hand=hand is None or hand.set(key), hand_modules=modules)
     except TargetError as exc:
         raise TaskDataError(f"{key}={path}: {exc}") from exc
+
+
+def task_path(task_cfg: Any, key: str) -> Any:
+    """The value of ``key`` (``task.…``) in the task section."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(task_cfg, key.removeprefix("task."), default=None)
+
+
+def resolve_rewards(task_cfg: Any) -> list[BoundReward]:
+    """Every reward of the task (``task.rewards``, or the one ``task.reward``), resolved
+    through the trust rules and bound to how it is called."""
+    return [bind(resolve_task_code(task_cfg, spec.key), spec) for spec in reward_specs(task_cfg)]
 
 
 def generate_examples(task_cfg: Any, generator: Any, seed: int) -> list[Example]:
@@ -103,7 +127,7 @@ def iter_examples(
     and say who needs answers.
     ``system=False`` yields the rows as the data has them (the pre-flight checks the
     system prompt on its own)."""
-    rules = rules or data_rules(cfg, None)
+    rules = rules or data_rules(cfg, ())
     prompt = cfg.task.get("system_prompt") if system else None
     for where, example in _raw_examples(cfg, errors, rules):
         yield where, with_system_prompt(example, prompt)
@@ -191,11 +215,12 @@ def build_task(cfg: Any) -> Task:
     """Build the task of run config ``cfg`` (reads ``cfg.task``, and the length budget and
     algorithm that decide which data rows are usable)."""
     task_cfg = cfg.task
-    reward = resolve_task_code(task_cfg, "task.reward._target_")
+    rewards = resolve_rewards(task_cfg)
+    rules = data_rules(cfg, [(r.spec.target, r.fn) for r in rewards])
     scan = Scan()
-    examples = [example for _, example in iter_examples(cfg, scan, data_rules(cfg, reward))]
+    examples = [example for _, example in iter_examples(cfg, scan, rules)]
     if scan.error_count:
         raise TaskDataError(f"the task data cannot be used:\n{scan.summary()}")
     if not examples:
         raise TaskDataError(f"task {task_cfg.name!r} has no examples")
-    return Task(task_cfg.name, examples, reward, task_cfg.reward._target_)
+    return Task(task_cfg.name, examples, rewards)

@@ -1,4 +1,5 @@
-"""Reward functions: ``reward(prompt=..., completion=..., answer=...) -> float``.
+"""Reward functions: ``reward(prompt=..., completion=..., answer=...) -> float``, or
+batched as TRL calls them (see :mod:`art_hydra.tasks.reward_set`).
 
 A reward is marked ``@reward`` (:mod:`art_hydra.tasks.markers`): a config file may name
 only marked functions. A reward that scores against the example's reference answer
@@ -22,13 +23,20 @@ __all__ = ["RewardFn", "char_overlap", "exact_match", "needs_answer", "reward"]
 
 
 def needs_answer(fn: Any) -> bool:
-    """Whether ``fn`` scores against the reference answer (see the module docstring)."""
+    """Whether ``fn`` scores against the reference answer (see the module docstring; a
+    batched reward needs it when it requires an ``answer`` parameter, TRL's column)."""
     marked = getattr(fn, "needs_answer", None)
     if isinstance(marked, bool):
         return marked
-    param = inspect.signature(fn).parameters.get("answer")
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    param = params.get("answer")
     if param is None or param.default is not inspect.Parameter.empty:
         return False
+    if {"prompts", "completions", "completion_ids"} & set(params):
+        return True  # batched: a required answer column
     annotation = param.annotation
     text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
     return text == "str"

@@ -187,8 +187,10 @@ from art_hydra import reward
 
 @reward
 def dies(prompt, completion, answer):
-    """Ends its own process, as the OOM killer would."""
-    os.kill(os.getpid(), signal.SIGKILL)
+    """Ends its own process, as the OOM killer would: on the model's completions, not on
+    the pre-flight's call (which scores each row's own answer)."""
+    if completion.strip() != (answer or "").strip():
+        os.kill(os.getpid(), signal.SIGKILL)
     return 0.0
 '''
 

@@ -174,6 +174,7 @@ def test_resume_rules_and_legacy_values_are_those_the_run_folder_always_used() -
         "task.columns.answer": None,
         "task.columns.messages": "messages",
         "task.system_prompt": None,
+        "task.rewards": [],
     }
 
 

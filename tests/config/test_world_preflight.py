@@ -92,7 +92,7 @@ def test_user_code_runs_only_when_allowed_and_well_formed(
 ) -> None:
     (tmp_path / "my_task.py").write_text(
         "from art_hydra.tasks import Example\n"
-        "def reward(prompt, completion):\n    return 1.0\n"
+        "def reward(text, output):\n    return 1.0\n"
         "def examples(rng, num_examples):\n"
         "    return [Example('x=', 'x') for _ in range(num_examples)]\n"
     )

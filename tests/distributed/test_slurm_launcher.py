@@ -111,7 +111,8 @@ def test_an_uneven_point_is_refused_for_the_ranks_of_its_job(tmp_path: Path) -> 
 DYING = """
 import os
 def die_on_rank1(prompt, completion, answer):
-    if os.environ.get("RANK") == "1":
+    # At a step (the model's completions), not in the pre-flight's call on each row's answer.
+    if os.environ.get("RANK") == "1" and completion.strip() != (answer or "").strip():
         os._exit(3)
     return 0.5
 """

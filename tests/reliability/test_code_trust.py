@@ -210,7 +210,7 @@ def test_rewards_are_called_by_parameter_name(tmp_path: Path) -> None:
     (tmp_path / "positional.py").write_text("def score(p, c, a):\n    return 1.0\n")
     code, out = _user_cli(tmp_path, "task.reward._target_=positional.score")
     assert code == 1
-    assert "does not accept the call reward(prompt=..., completion=..., answer=...)" in out
+    assert "takes (p, c, a)" in out and "reward(prompt=..., completion=..., answer=...)" in out
 
 
 def test_generators_are_called_by_parameter_name() -> None:

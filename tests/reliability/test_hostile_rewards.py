@@ -22,28 +22,35 @@ from art_hydra.errors import RewardError
 from art_hydra.tasks.examples import Example
 from art_hydra.tasks.scoring import score_batch
 
+#: Each behaves on the world pre-flight's call (the answer as the completion) and
+#: misbehaves on the model's completions: the run's own guard is what is tested here
+#: (tests/reliability/test_reward_sets.py tests the pre-flight's).
 REWARDS = """
 import math, time
-def nan(prompt, completion, answer): return math.nan
-def inf(prompt, completion, answer): return -math.inf
-def huge(prompt, completion, answer): return 1e300
-def text(prompt, completion, answer): return "0.75"
-def nothing(prompt, completion, answer): return None
-def boom(prompt, completion, answer): raise KeyError("no score for " + prompt)
+def nan(prompt, completion, answer): return 1.0 if completion == answer else math.nan
+def inf(prompt, completion, answer): return 1.0 if completion == answer else -math.inf
+def huge(prompt, completion, answer): return 1.0 if completion == answer else 1e300
+def text(prompt, completion, answer): return 1.0 if completion == answer else "0.75"
+def nothing(prompt, completion, answer): return 1.0 if completion == answer else None
+def boom(prompt, completion, answer):
+    if completion != answer:
+        raise KeyError("no score for " + prompt)
+    return 1.0
 def hang(prompt, completion, answer):
-    time.sleep(3600)
+    if completion != answer:
+        time.sleep(3600)
     return 1.0
 def slow_then_fine(prompt, completion, answer):
-    time.sleep(0.5)
+    time.sleep(0.5 * (completion != answer))
     return 1.0
 class Stuck:
     def __float__(self):
         time.sleep(3600)
         return 1.0
-def stuck_float(prompt, completion, answer): return Stuck()
+def stuck_float(prompt, completion, answer): return 1.0 if completion == answer else Stuck()
 def pair(prompt, completion, answer):
     import numpy
-    return numpy.array([0.5, 0.5])
+    return 1.0 if completion == answer else numpy.array([0.5, 0.5])
 """
 
 

@@ -251,7 +251,9 @@ import numpy
 
 
 def noisy(prompt, completion, answer):
-    if os.path.exists("block"):  # the test's cue: hold this step, then fail it
+    # The test's cue: hold this step, then fail it (on the model's completions, not on the
+    # pre-flight's call, which scores each row's own answer).
+    if os.path.exists("block") and completion.strip() != (answer or "").strip():
         open("blocked", "w").close()
         while not os.path.exists("release"):
             time.sleep(0.01)

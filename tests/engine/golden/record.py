@@ -114,12 +114,12 @@ def tokens_sha256(completions: list[list[int]]) -> str:
 def watching_generations() -> Iterator[list[dict[str, Any]]]:
     """What every generation batch sampled and earned, read as the run goes.
 
-    The producer's own ``sample`` and ``score_batch`` still do the work; this only sees
+    The producer's own ``sample`` and ``score_rewards`` still do the work; this only sees
     their results (the engine stays untouched)."""
     from art_hydra import producer
 
     seen: list[dict[str, Any]] = []
-    real_sample, real_score = producer.sample, producer.score_batch
+    real_sample, real_score = producer.sample, producer.score_rewards
 
     def sample(*args: Any, **kwargs: Any) -> Any:
         completions, logprobs = real_sample(*args, **kwargs)
@@ -132,16 +132,16 @@ def watching_generations() -> Iterator[list[dict[str, Any]]]:
         )
         return completions, logprobs
 
-    def score_batch(*args: Any, **kwargs: Any) -> list[float]:
-        rewards = real_score(*args, **kwargs)
-        seen[-1]["rewards"] = list(rewards)
-        return rewards
+    def score_rewards(*args: Any, **kwargs: Any) -> Any:
+        scores = real_score(*args, **kwargs)
+        seen[-1]["rewards"] = list(scores.totals)
+        return scores
 
-    producer.sample, producer.score_batch = sample, score_batch
+    producer.sample, producer.score_rewards = sample, score_rewards
     try:
         yield seen
     finally:
-        producer.sample, producer.score_batch = real_sample, real_score
+        producer.sample, producer.score_rewards = real_sample, real_score
 
 
 def run(name: str, overrides: list[str]) -> dict[str, Any]:
