@@ -11,7 +11,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from art_hydra.backends import tiny
 from art_hydra.config.problems import Problem, fix
 from art_hydra.config.schema import (
     AlgorithmName,
@@ -19,6 +18,7 @@ from art_hydra.config.schema import (
     TaskSource,
 )
 from art_hydra.config.targets import ROLE_OF_KEY, NotMarkedError, TargetError
+from art_hydra.preflight import lengths as row_lengths
 from art_hydra.preflight.common import top_p_problems, world_problem
 from art_hydra.safe_paths import file_refusal
 from art_hydra.tasks.base import data_rules, generate_examples, resolve_task_code
@@ -84,6 +84,8 @@ class DataStats:
     chars: set[str] = field(default_factory=set)
     #: Where the first example without an answer is (None: every one has one).
     no_answer: str | None = None
+    #: Every row measured in the run's tokens (None: the tokenizer is not known here).
+    lengths: row_lengths.Lengths | None = None
 
     def add(self, where: str | int, example: Example) -> None:
         """Count ``example``; ``where`` is its ``file:line`` or its index."""
@@ -99,6 +101,8 @@ class DataStats:
         self.chars.update(example.prompt, answer)
         if not answer and self.no_answer is None:
             self.no_answer = _where(where, example)
+        if self.lengths is not None:
+            self.lengths.add(_where(where, example), example)
 
 
 def _where(where: str | int, example: Example) -> str:
@@ -169,20 +173,26 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
                 fix(note="give every example an answer"),
             )
         )
-    return problems + _length_problems(cfg, stats)
+    return problems + _length_problems(cfg, stats, key)
 
 
 def _generated_stats(cfg: DictConfig, generator: Any) -> DataStats | str:
     task = cfg.task
     params = OmegaConf.to_container(task.params)
-    key = (task.generator, repr(params), task.num_examples, cfg.seed)
+    key = (
+        task.generator,
+        repr(params),
+        task.num_examples,
+        cfg.seed,
+        row_lengths.tokenizer_key(cfg),
+    )
     if key not in _stats_cache:
         try:
             examples = generate_examples(task, generator, cfg.seed)
         except Exception as exc:
             _stats_cache[key] = f"raised {type(exc).__name__}: {exc}"
             return _stats_cache[key]
-        stats = DataStats()
+        stats = DataStats(lengths=row_lengths.lengths_for(cfg))
         for i, example in enumerate(examples):
             if not isinstance(example, Example):
                 stats_or_error: DataStats | str = (
@@ -227,11 +237,11 @@ def _jsonl_stats(cfg: DictConfig, reward: Any) -> DataStats | str:
     rules = data_rules(cfg, reward)
     try:
         info = os.stat(path)
-        key: tuple = (path, info.st_size, info.st_mtime_ns, rules)
+        key: tuple = (path, info.st_size, info.st_mtime_ns, rules, row_lengths.tokenizer_key(cfg))
     except OSError:
-        key = (path, None, None, rules)
+        key = (path, None, None, rules, row_lengths.tokenizer_key(cfg))
     if key not in _stats_cache:
-        stats = DataStats()
+        stats = DataStats(lengths=row_lengths.lengths_for(cfg))
         scan = scan_jsonl(
             path,
             max_line_bytes=rules.max_line_bytes,
@@ -246,37 +256,17 @@ def _jsonl_stats(cfg: DictConfig, reward: Any) -> DataStats | str:
     return _stats_cache[key]
 
 
-def _length_problems(cfg: DictConfig, stats: DataStats) -> list[Problem]:
-    """Prompts and answers against their budgets, where the tokenizer is known without a
-    model: the tiny model's character tokenizer (BOS + one token per character)."""
-    if cfg.model.source != ModelSource.tiny:
-        return []
-    if cfg.algorithm.name == AlgorithmName.rl:
-        checks = [
-            ("rl.max_prompt_length", stats.prompt[0] + 1, stats.prompt[1], "prompt (BOS included)"),
-            ("rl.max_completion_length", stats.answer[0], stats.answer[1], "answer"),
-        ]
-    else:
-        size, where = stats.example
-        checks = [("sft.max_length", size + 2, where, "example (BOS + prompt + answer + EOS)")]
-    problems = []
-    for key, size, where, what in checks:
-        budget = OmegaConf.select(cfg, key)
-        if size > budget:
-            consequence = (
-                "the model could never produce the whole answer, so the reward caps below its best."
-                if key == "rl.max_completion_length"
-                else "it cannot be trained on without cutting it."
-            )
-            problems.append(
-                world_problem(
-                    key,
-                    budget,
-                    f"the longest {what} ({where}) takes {size} tokens of the tiny model's "
-                    f"character tokenizer, more than {key}={budget}: {consequence}",
-                    fix({key: size}),
-                )
-            )
-    if cfg.algorithm.name == AlgorithmName.rl:
-        problems += top_p_problems(cfg, len(tiny.SPECIALS) + len(stats.chars))
+def _length_problems(cfg: DictConfig, stats: DataStats, key: str) -> list[Problem]:
+    """Prompts and answers against their budgets, and the data problems only the
+    tokenizer sees (:mod:`art_hydra.preflight.lengths`); on the tiny model also top-p
+    over its vocabulary: the task's characters and EOS (pad, BOS and unknown are never
+    sampled)."""
+    value = cfg.task.path if key == "task.path" else cfg.task.generator
+    problems = row_lengths.length_problems(cfg, stats.lengths, key, value)
+    if cfg.algorithm.name == AlgorithmName.rl and cfg.model.source == ModelSource.tiny:
+        problems += top_p_problems(
+            cfg,
+            len(stats.chars) + 1,
+            "the task's characters and EOS; pad, BOS and unknown are never sampled",
+        )
     return problems
