@@ -171,13 +171,17 @@ def write_model_files(folder: Path, config: dict[str, Any]) -> Path:
     import json
     import struct
 
-    from tokenizers import Tokenizer, models
+    import string
+
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config))
     (folder / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")
-    vocab = {token: i for i, token in enumerate(["<pad>", "<eos>", "<unk>", *"abcdefgh"])}
-    Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>")).save(str(folder / "tokenizer.json"))
+    vocab = {token: i for i, token in enumerate(["<pad>", "<eos>", "<unk>", *string.printable])}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tokenizer.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(
         json.dumps({"eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"})
     )

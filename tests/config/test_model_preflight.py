@@ -471,7 +471,7 @@ def test_counts_equal_transformers_encoding(families: dict[str, Path], name: str
 def test_tiny_counts_equal_the_character_tokenizer() -> None:
     from art_hydra.backends.tiny import build_tokenizer
 
-    texts = ["ab=", "a\n\nb\nc", "x<eos>y", "\n", ""]
+    texts = ["ab=", "a\n\nb\nc", "x<eos>y", "\n", "", "a\r\n\tb\x0b\x0cc"]
     tokenizer = build_tokenizer("".join(sorted(set("".join(texts)))))
     counter = TinyCounter()
     for text in texts:

@@ -224,7 +224,7 @@ def test_generators_are_called_by_parameter_name() -> None:
 
 
 def _model_folder(root: Path) -> Path:
-    config = {"model_type": "x", "vocab_size": 100, "auto_map": {"AutoModel": "modeling_x.X"}}
+    config = {"model_type": "x", "vocab_size": 128, "auto_map": {"AutoModel": "modeling_x.X"}}
     folder = write_model_files(root / "remote_model", config)
     (folder / "modeling_x.py").write_text("raise SystemExit('remote code ran')\n")
     return folder
