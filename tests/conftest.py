@@ -169,9 +169,8 @@ def write_model_files(folder: Path, config: dict[str, Any]) -> Path:
     as config.json, a safetensors file with no tensors, and a character tokenizer with an
     EOS (tests that need real weights build a family model, tests/engine/family_models.py)."""
     import json
-    import struct
-
     import string
+    import struct
 
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 

@@ -162,10 +162,19 @@ class Lengths:
     lookalike_tokens: set[str] = field(default_factory=set)
     unknown_prompt: Rows = field(default_factory=Rows)
     unknown_answer: Rows = field(default_factory=Rows)
+    #: Rows the chat template refuses (raise_exception, a role it does not take), and
+    #: the first refusal's message.
+    template_failures: Rows = field(default_factory=Rows)
+    template_message: str = ""
 
     def add(self, where: str, example: Example) -> None:
         answer_text = example.answer or ""
-        prompt, unknown_p = self.counter.prompt(example, self.system)
+        try:
+            prompt, unknown_p = self.counter.prompt(example, self.system)
+        except Exception as exc:  # jinja2 errors of a hub template: named, the run would fail
+            self.template_failures.see(where)
+            self.template_message = self.template_message or f"{type(exc).__name__}: {exc}"
+            return
         answer, unknown_a = self.counter.answer(answer_text)
         self.prompt.see(prompt, where)
         self.answer.see(answer, where)
@@ -310,6 +319,20 @@ def _budget_fix(cfg: DictConfig, key: str, size: int) -> dict[str, int]:
 def _data_problems(lengths: Lengths, key: str, value: Any) -> list[Problem]:
     what = lengths.counter.name
     problems = []
+    if lengths.template_failures.count:
+        problems.append(
+            world_problem(
+                key,
+                value,
+                f"{lengths.template_failures.count} prompt(s) cannot be rendered by {what} "
+                f"({lengths.template_message}): {lengths.template_failures.words()}; the run "
+                "would fail on them the same way.",
+                fix(
+                    note="give the prompts the roles the template accepts (some refuse a system "
+                    "message: unset task.system_prompt), or use a model whose template takes them"
+                ),
+            )
+        )
     if lengths.lookalike.count:
         shown = ", ".join(repr(t) for t in sorted(lengths.lookalike_tokens)[:5])
         problems.append(

@@ -19,7 +19,7 @@ from conftest import output_of, problem_about, report_entries, run_cli
 from art_hydra import Severity, compose
 from art_hydra.folder_tokenizer import load as load_folder_tokenizer
 from art_hydra.preflight import world_problems
-from art_hydra.preflight.lengths import FolderCounter, TinyCounter
+from art_hydra.preflight.lengths import FolderCounter, Lengths, TinyCounter, length_problems
 from art_hydra.tasks.examples import Example
 
 #: A ChatML template (Qwen's shape): no BOS, the turn markers as special tokens.
@@ -570,3 +570,27 @@ def test_top_p_counts_only_the_tokens_the_sampler_can_draw(families: dict[str, P
     edge = f"rl.top_p={1 / drawable}"
     assert problem_about(_world(_pretrained(families["mistral"], edge)), "rl.top_p")
     assert _world(_pretrained(families["mistral"], f"rl.top_p={1.01 / drawable}")) == []
+
+
+def test_a_chat_template_that_refuses_a_prompt_is_a_data_problem(
+    families: dict[str, Path], tmp_path: Path
+) -> None:
+    """A template's raise_exception (here: no system role) fails apply_chat_template at
+    run time; the pre-flight renders every prompt and names the rows."""
+    folder = _copy(families, "llama", tmp_path)
+    (folder / "chat_template.jinja").write_text(
+        "{% for m in messages %}{% if m['role'] == 'system' %}"
+        "{{ raise_exception('System role not supported') }}{% endif %}"
+        "{{ m['content'] }}{% endfor %}"
+    )
+    rows = [{"prompt": "ab=", "answer": "ba"}, {"prompt": "cd=", "answer": "dc"}]
+    path = _data(tmp_path, rows)
+    ok = _pretrained(folder, "task=jsonl", f"task.path={path}")
+    assert _world(ok) == []
+    lengths = Lengths(FolderCounter(load_folder_tokenizer(folder), str(folder)))
+    lengths.add("data.jsonl:1", Example(prompt="ab=", answer="ba"))
+    system = (("system", "Be brief."), ("user", "cd="))
+    lengths.add("data.jsonl:2", Example(prompt="cd=", answer="dc", messages=system))
+    (problem,) = length_problems(compose(ok), lengths, "task.path", str(path))
+    assert "System role not supported" in problem.reason and "data.jsonl:2" in problem.reason
+    assert "data.jsonl:1" not in problem.reason
