@@ -53,8 +53,8 @@ DTYPE_BYTES = {
     "F64": 8,
     "C64": 8,
 }
-#: Families whose config ties the head to the embeddings unless it says otherwise
-#: (transformers' PretrainedConfig default is True; these are the common causal LMs).
+#: Whether a config that does not say ties the head to the embeddings (transformers'
+#: ``PreTrainedConfig`` default).
 _TIED_BY_DEFAULT = True
 #: Suffixes of the input embedding matrix's name, by family.
 EMBEDDING_SUFFIXES = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight")

@@ -161,6 +161,13 @@ def _name_problem(name: str, reason: str, note: str, warning: bool = False) -> P
 _RESAVE = "point model.name at a folder save_pretrained wrote"
 
 
+def _again(name: str) -> str:
+    """How to get a whole copy: the hub's download command for a hub id."""
+    if _looks_local(name):
+        return "copy or save the folder again"
+    return f"{_download_command(name, None)} again (it fetches what is missing or broken)"
+
+
 def folder_problems(cfg: DictConfig, folder: Path, name: str) -> list[Problem]:
     """Every check of a model folder's files, each problem naming ``model.name``."""
     config_refusal = file_refusal(folder / "config.json")
@@ -262,7 +269,8 @@ def _weight_problems(config: dict[str, Any], folder: Path, name: str) -> list[Pr
             )
         ]
     if not safe and not index:
-        return [_name_problem(name, "holds no weights (*.safetensors).", _RESAVE)]
+        note = _RESAVE if _looks_local(name) else _again(name)
+        return [_name_problem(name, "holds no weights (*.safetensors).", note)]
     try:
         files, missing = model_files.weight_files(folder)
         if missing:
@@ -275,8 +283,7 @@ def _weight_problems(config: dict[str, Any], folder: Path, name: str) -> list[Pr
                     f"lacks {len(missing)} of the {len(files)} weight shards its "
                     f"model.safetensors.index.json lists ({shown}): an interrupted download or "
                     "copy.",
-                    "download or copy the folder again"
-                    + (f" (hf download {name})" if model_files.HUB_ID.match(name) else ""),
+                    _again(name),
                 )
             ]
         tensors: dict[str, model_files.Tensor] = {}
@@ -287,7 +294,7 @@ def _weight_problems(config: dict[str, Any], folder: Path, name: str) -> list[Pr
             _name_problem(
                 name,
                 f"holds weights that cannot be loaded: {exc}.",
-                "download or copy the folder again",
+                _again(name),
             )
         ]
     return [

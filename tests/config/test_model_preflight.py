@@ -409,6 +409,16 @@ def test_a_cached_hub_id_is_checked_in_its_snapshot(
         _world(_pretrained("acme/tiny-qwen", "rl.max_prompt_length=4")), "rl.max_prompt_length"
     )
     assert "chat template" in long.reason
+    (
+        tmp_path
+        / "hub"
+        / "models--acme--tiny-qwen"
+        / "snapshots"
+        / "0123abcd"
+        / "model.safetensors"
+    ).unlink()
+    (partial,) = _world(_pretrained("acme/tiny-qwen"))
+    assert "no weights" in partial.reason and "hf download acme/tiny-qwen" in partial.fix.render()
     gpt2 = _cache(families, "gpt2", tmp_path, "acme/tiny-gpt2")
     assert gpt2.is_dir()
     found = _world(
