@@ -283,24 +283,83 @@ def embedding_tensor(tensors: dict[str, Tensor]) -> Tensor | None:
 
 
 def shape_mismatches(config: dict[str, Any], tensors: dict[str, Tensor]) -> list[str]:
-    """The embedding and head tensors whose shape disagrees with the config's
-    ``vocab_size`` and hidden size, each named with its shape and the config's value."""
+    """The tensors whose shape disagrees with the config (the embedding and head against
+    ``vocab_size`` and the hidden size; the attention and MLP projections of the common
+    decoder layout against the head counts and ``intermediate_size``), and a layer count
+    that differs from the config's: each named with its shape and the config's value."""
     vocab, hidden = vocab_size(config), hidden_size(config)
     found = []
     checked = [embedding_tensor(tensors), tensors.get("lm_head.weight")]
     for tensor in [t for t in checked if t is not None]:
         rows, cols = tensor.shape if len(tensor.shape) == 2 else (None, None)
         if vocab is not None and rows != vocab:
-            found.append(
-                f"{tensor.name} has shape {list(tensor.shape)} in {tensor.file}, but config.json "
-                f"says vocab_size={vocab} (rows)"
-            )
+            found.append(_mismatch(tensor, f"vocab_size={vocab} (rows)"))
         elif hidden is not None and cols != hidden[1]:
-            found.append(
-                f"{tensor.name} has shape {list(tensor.shape)} in {tensor.file}, but config.json "
-                f"says {hidden[0]}={hidden[1]} (columns)"
-            )
+            found.append(_mismatch(tensor, f"{hidden[0]}={hidden[1]} (columns)"))
+    if found or hidden is None or isinstance(config.get("text_config"), dict):
+        return found  # a multimodal model's other towers share the names: not judged
+    found += _projection_mismatches(config, tensors, hidden[1])
+    return found + _layer_mismatches(config, tensors)
+
+
+def _mismatch(tensor: Tensor, says: str) -> str:
+    return (
+        f"{tensor.name} has shape {list(tensor.shape)} in {tensor.file}, but config.json says "
+        f"{says}"
+    )
+
+
+def _projection_mismatches(
+    config: dict[str, Any], tensors: dict[str, Tensor], hidden: int
+) -> list[str]:
+    """The first decoder layer's projections (``q_proj`` ... ``down_proj``, the layout of
+    Llama, Qwen, Mistral, Gemma and most decoders) against the config."""
+    text = text_config(config)
+    heads = config_value(config, ("num_attention_heads",))
+    kv = config_value(config, ("num_key_value_heads",)) or heads
+    head_dim = text.get("head_dim")
+    if not (isinstance(head_dim, int) and head_dim > 0) and heads:
+        head_dim = hidden // heads[1]
+    inner = config_value(config, ("intermediate_size",))
+    expected: dict[str, tuple[int, ...] | None] = {
+        "self_attn.q_proj.weight": (heads[1] * head_dim, hidden) if heads else None,
+        "self_attn.k_proj.weight": (kv[1] * head_dim, hidden) if kv else None,
+        "mlp.gate_proj.weight": (inner[1], hidden) if inner else None,
+        "mlp.down_proj.weight": (hidden, inner[1]) if inner else None,
+    }
+    says = {
+        "self_attn.q_proj.weight": "num_attention_heads x head_dim, hidden size",
+        "self_attn.k_proj.weight": "num_key_value_heads x head_dim, hidden size",
+        "mlp.gate_proj.weight": "intermediate_size, hidden size",
+        "mlp.down_proj.weight": "hidden size, intermediate_size",
+    }
+    found = []
+    for suffix, shape in expected.items():
+        tensor = next((t for n, t in sorted(tensors.items()) if n.endswith(f".0.{suffix}")), None)
+        if tensor is None or shape is None or tensor.shape == shape:
+            continue
+        found.append(_mismatch(tensor, f"{list(shape)} ({says[suffix]})"))
+        break  # one is enough to know the config is not these weights'
     return found
+
+
+#: A decoder layer's tensor, in the layouts of the common causal LMs.
+_LAYER = re.compile(
+    r"^(?:model\.layers|transformer\.h|gpt_neox\.layers|model\.decoder\.layers)\.(\d+)\."
+)
+
+
+def _layer_mismatches(config: dict[str, Any], tensors: dict[str, Tensor]) -> list[str]:
+    """Fewer layers in the weights than the config has would load the rest randomly
+    initialised (transformers only warns); more would be dropped."""
+    layers = config_value(config, ("num_hidden_layers", "n_layer"))
+    indices = {int(m.group(1)) for name in tensors if (m := _LAYER.search(name))}
+    if layers is None or not indices or max(indices) + 1 == layers[1]:
+        return []
+    return [
+        f"the weights hold {max(indices) + 1} layers, but config.json says "
+        f"{layers[0]}={layers[1]} (missing layers would be initialised at random)"
+    ]
 
 
 # ---- the hub cache -------------------------------------------------------------------

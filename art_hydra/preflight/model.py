@@ -300,7 +300,8 @@ def _weight_problems(config: dict[str, Any], folder: Path, name: str) -> list[Pr
     return [
         _name_problem(
             name,
-            f"holds weights that do not match its config: {mismatch}; loading would fail.",
+            f"holds weights that do not match its config: {mismatch}; the model would not load "
+            "as it was saved.",
             "use the config.json saved with these weights",
         )
         for mismatch in model_files.shape_mismatches(config, tensors)

@@ -604,3 +604,21 @@ def test_a_chat_template_that_refuses_a_prompt_is_a_data_problem(
     (problem,) = length_problems(compose(ok), lengths, "task.path", str(path))
     assert "System role not supported" in problem.reason and "data.jsonl:2" in problem.reason
     assert "data.jsonl:1" not in problem.reason
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("intermediate_size", 96, "(intermediate_size, hidden size)"),
+        ("num_key_value_heads", 2, "(num_key_value_heads x head_dim, hidden size)"),
+        ("num_hidden_layers", 3, "num_hidden_layers=3 (missing layers"),
+    ],
+)
+def test_layer_sizes_that_do_not_match_the_config(
+    families: dict[str, Path], tmp_path: Path, key: str, value: int, says: str
+) -> None:
+    folder = _copy(families, "qwen2", tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, key: value}))
+    (reason,) = _reasons(_pretrained(folder))
+    assert says in reason and "would not load" in reason
