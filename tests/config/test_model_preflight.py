@@ -622,3 +622,65 @@ def test_layer_sizes_that_do_not_match_the_config(
     (folder / "config.json").write_text(json.dumps({**config, key: value}))
     (reason,) = _reasons(_pretrained(folder))
     assert says in reason and "would not load" in reason
+
+
+#: Templates in the shape of Qwen2.5's and Llama 3.1's (namespace, tools, loop state,
+#: strftime_now, whitespace control), rendered by both sides on the same folder.
+QWEN25_LIKE = """{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] }}
+    {%- else %}{{- 'You are helpful.' }}{%- endif %}
+    {%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}
+    {{- '<|im_end|>\\n' }}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
+    {%- else %}
+        {{- '<|im_start|>system\\nYou are Qwen, a helpful assistant.<|im_end|>\\n' }}
+    {%- endif %}
+{%- endif %}
+{%- set ns = namespace(turns=0) %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first)
+        or (message.role == "assistant") %}
+        {%- set ns.turns = ns.turns + 1 %}
+        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+{%- endif %}
+"""
+LLAMA31_LIKE = """{{- bos_token }}
+{%- if not date_string is defined %}
+    {%- set date_string = strftime_now("%d %b %Y") %}
+{%- endif %}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+{{- "[SYS]\\n\\n" }}
+{{- "Today Date: " + date_string + "\\n\\n" }}
+{{- system_message }}
+{{- "[/SYS]" }}
+{%- for message in messages %}
+    {{- '[' + message['role'] + ']\\n\\n'+ message['content'] | trim + '<eos>' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '[assistant]\\n\\n' }}
+{%- endif %}
+"""
+
+
+@pytest.mark.parametrize("template", [QWEN25_LIKE, LLAMA31_LIKE], ids=["qwen2.5", "llama3.1"])
+def test_counts_equal_transformers_on_real_template_shapes(
+    families: dict[str, Path], tmp_path: Path, template: str
+) -> None:
+    folder = _copy(families, "mistral", tmp_path)
+    (folder / "chat_template.jinja").write_text(template)
+    counter = FolderCounter(load_folder_tokenizer(folder), "mistral")
+    for example in _examples():
+        ours = (counter.prompt(example, None)[0], counter.answer(example.answer or "")[0])
+        assert ours == _transformers_counts(folder, example), example
