@@ -294,10 +294,40 @@ def _budget_problems(cfg: DictConfig, lengths: Lengths) -> list[Problem]:
                 budget,
                 f"the longest {row} ({longest.where}) takes {longest.size} tokens of {what}, "
                 f"more than {key}={budget}: {consequence}",
-                fix(_budget_fix(cfg, key, longest.size)),
+                _budget_remedy(cfg, key, longest.size),
             )
         )
     return problems
+
+
+def _budget_remedy(cfg: DictConfig, key: str, size: int) -> Any:
+    """The budget fix, or, when the raised budgets would pass the model's positions
+    (config.json), the note that no setting fits: the rows must be shorter."""
+    sets = _budget_fix(cfg, key, size)
+    needed = sets.get("model.max_seq_length", 0)
+    positions = _positions(cfg)
+    if positions is not None and needed > positions:
+        return fix(
+            note=f"the model has {positions} positions and these budgets would need {needed}: "
+            "shorten or drop the longest rows"
+        )
+    return fix(sets)
+
+
+def _positions(cfg: DictConfig) -> int | None:
+    """The model folder's position limit (None: the tiny model, or not readable)."""
+    if cfg.model.source == ModelSource.tiny:
+        return None
+    from art_hydra import model_files
+    from art_hydra.preflight.model import model_folder
+
+    folder = model_folder(cfg)
+    try:
+        config = model_files.read_json_file(folder / "config.json") if folder else None
+    except model_files.FolderError:
+        return None
+    found = model_files.position_limit(config) if isinstance(config, dict) else None
+    return found[1] if found else None
 
 
 def _budget_fix(cfg: DictConfig, key: str, size: int) -> dict[str, int]:

@@ -684,3 +684,14 @@ def test_counts_equal_transformers_on_real_template_shapes(
     for example in _examples():
         ours = (counter.prompt(example, None)[0], counter.answer(example.answer or "")[0])
         assert ours == _transformers_counts(folder, example), example
+
+
+def test_a_length_fix_never_passes_the_model_positions(
+    families: dict[str, Path], tmp_path: Path
+) -> None:
+    """gpt2 has 32 positions: a 40-character prompt cannot fit whatever the budgets."""
+    path = _data(tmp_path, [{"prompt": "x" * 40, "answer": "y"}])
+    budgets = ["model.max_seq_length=32", "rl.max_prompt_length=16", "rl.max_completion_length=16"]
+    overrides = _pretrained(families["gpt2"], "task=jsonl", f"task.path={path}", *budgets)
+    problem = problem_about(_world(overrides), "rl.max_prompt_length")
+    assert problem.fix.overrides() == [] and "has 32 positions" in problem.fix.render()
