@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from art_hydra.model_files import FolderError, read_json_file
+from art_hydra.safe_paths import file_refusal
 
 #: transformers' named special tokens (``SPECIAL_TOKENS_ATTRIBUTES``), passed to the
 #: chat template as variables.
@@ -172,6 +173,9 @@ def load(folder: Path) -> FolderTokenizer:
     file when it cannot be read."""
     from tokenizers import AddedToken, Tokenizer
 
+    refusal = file_refusal(folder / "tokenizer.json")
+    if refusal is not None:  # a FIFO would block the loader for ever
+        raise FolderError(f"tokenizer.json {refusal}")
     try:
         core = Tokenizer.from_file(str(folder / "tokenizer.json"))
     except Exception as exc:  # the Rust loader raises plain Exception on a bad file

@@ -695,3 +695,13 @@ def test_a_length_fix_never_passes_the_model_positions(
     overrides = _pretrained(families["gpt2"], "task=jsonl", f"task.path={path}", *budgets)
     problem = problem_about(_world(overrides), "rl.max_prompt_length")
     assert problem.fix.overrides() == [] and "has 32 positions" in problem.fix.render()
+
+
+def test_tokenizer_files_that_are_not_regular_files_are_refused_without_blocking(
+    families: dict[str, Path], tmp_path: Path
+) -> None:
+    folder = _copy(families, "qwen2", tmp_path)
+    (folder / "tokenizer.json").unlink()
+    os.mkfifo(folder / "tokenizer.json")
+    (reason,) = _reasons(_pretrained(folder))
+    assert "tokenizer.json is a FIFO" in reason
