@@ -162,3 +162,26 @@ def wait_for_steps(run_dir: Path, steps: int, proc: subprocess.Popen, timeout: f
             raise AssertionError(f"the run ended early:\n{proc.communicate()[1]}")
         time.sleep(0.02)
     raise AssertionError(f"no {steps} steps within {timeout}s")
+
+
+def write_model_files(folder: Path, config: dict[str, Any]) -> Path:
+    """The smallest folder the model pre-flight accepts, written without torch: ``config``
+    as config.json, a safetensors file with no tensors, and a character tokenizer with an
+    EOS (tests that need real weights build a family model, tests/engine/family_models.py)."""
+    import json
+    import string
+    import struct
+
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")
+    vocab = {token: i for i, token in enumerate(["<pad>", "<eos>", "<unk>", *string.printable])}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"})
+    )
+    return folder

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hydra.errors import CompactHydraException
+
 from art_hydra.backends.layout import row_layout
 from art_hydra.config.schema import Device, DType, FinetuneMethod, ModelSource
 from art_hydra.packing import Layout
@@ -115,8 +117,6 @@ def load_base(model_cfg: Any, seed: int, charset: str | None = None) -> tuple[An
         model_cfg.name, revision=model_cfg.revision, trust_remote_code=model_cfg.trust_remote_code
     )
     tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(
         model_cfg.name,
         revision=model_cfg.revision,
@@ -124,7 +124,44 @@ def load_base(model_cfg: Any, seed: int, charset: str | None = None) -> tuple[An
         dtype=torch_dtype(model_cfg.dtype),
         use_safetensors=True,  # never unpickle weights (a pickle can run any code)
     )
+    settle_special_tokens(tokenizer, model, str(model_cfg.name))
     return model, tokenizer
+
+
+class MissingTokenError(CompactHydraException, ValueError):
+    """The tokenizer has no EOS and none can be derived: completions could never end."""
+
+
+def _first_id(value: Any) -> int | None:
+    if isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def settle_special_tokens(tokenizer: Any, model: Any, name: str) -> None:
+    """EOS and pad as the pre-flight derived them (:func:`art_hydra.folder_tokenizer.
+    eos_token`): the tokenizer's own EOS, else the first ``eos_token_id`` of the
+    generation config, then of the model config; pad is the tokenizer's, else EOS."""
+    if tokenizer.eos_token is None:
+        generation = getattr(model, "generation_config", None)
+        config = getattr(model, "config", None)
+        text = getattr(config, "get_text_config", lambda: config)()
+        for source in (generation, config, text):
+            token_id = _first_id(getattr(source, "eos_token_id", None))
+            token = None if token_id is None else tokenizer.convert_ids_to_tokens(token_id)
+            if token is not None:
+                tokenizer.eos_token = token
+                log.info("tokenizer has no eos_token: EOS is %r (eos_token_id=%d)", token, token_id)
+                break
+    if tokenizer.eos_token is None:
+        raise MissingTokenError(
+            f"model.name={name}: its tokenizer has no EOS token and its configs name no "
+            'eos_token_id, so a completion could never end. Add "eos_token" to its '
+            "tokenizer_config.json."
+        )
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+        log.info("tokenizer has no pad token: padding with EOS %r", tokenizer.eos_token)
 
 
 def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None) -> LoadedModel:

@@ -17,18 +17,21 @@ def world_problem(key: str, value: Any, reason: str, remedy: Any, warning: bool 
     )
 
 
-def top_p_problems(cfg: DictConfig, vocab: int) -> list[Problem]:
-    """The most likely of ``vocab`` tokens has at least 1/vocab of the mass, so top-p at or
-    below that keeps one token: greedy decoding, every group without spread."""
-    if cfg.rl.top_p > 1 / vocab:
+def top_p_problems(cfg: DictConfig, drawable: int, what: str) -> list[Problem]:
+    """The most likely of the ``drawable`` tokens (those the sampler may draw: the
+    special ids it never samples left out) has at least 1/drawable of the mass, so
+    top-p at or below that surely keeps one token: greedy decoding, every group
+    without spread. ``what`` says where the count comes from, for the message."""
+    if drawable < 1 or cfg.rl.top_p > 1 / drawable:
         return []
     return [
         Problem(
             "rl.top_p",
             cfg.rl.top_p,
-            f"keeps only the most likely token over a vocabulary of {vocab} (which always has at "
-            f"least 1/{vocab} of the mass): greedy decoding, so every group has zero reward "
-            "spread and nothing is learned.",
+            f"keeps only the most likely token: the sampler can draw {drawable} tokens ({what}), "
+            f"and the most likely always has at least "
+            f"1/{drawable} = {1 / drawable:.3g} of the mass, so sampling is greedy, every group "
+            "has zero reward spread and nothing is learned.",
             fix({"rl.top_p": fields.default("rl.top_p")}),
             Kind.world,
         )

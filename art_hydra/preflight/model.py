@@ -1,45 +1,71 @@
-"""A pretrained model's files, checked before anything loads them."""
+"""A pretrained model's files, checked before anything loads them (no torch, no
+transformers): the folder (local, or a hub id's snapshot in the local cache) holds a
+``config.json`` whose ``model_type`` the installed transformers knows and whose position
+limit fits ``model.max_seq_length``; safetensors weights whose shards are all there,
+whose headers read and fill their files, and whose embedding shape matches the config;
+a tokenizer that loads, with an EOS and a pad id (or one derived from EOS, as the torch
+backend derives it at load). It also holds the rules that need the folder: top-p over
+the tokens the sampler can draw, and a head trained in full on tied embeddings.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
-from art_hydra import safe_json
+from art_hydra import folder_tokenizer, model_files
 from art_hydra.config.problems import Problem, fix
-from art_hydra.config.schema import (
-    AlgorithmName,
-    ModelSource,
-)
+from art_hydra.config.schema import AlgorithmName, FinetuneMethod, ModelSource
+from art_hydra.model_files import FolderError
 from art_hydra.preflight.common import top_p_problems, world_problem
 from art_hydra.safe_paths import file_refusal, path_refusal
 
-#: The largest model config.json read (real ones are a few kilobytes).
-CONFIG_MAX_BYTES = 4 << 20
 #: Weight files that unpickle arbitrary objects when loaded: never loaded.
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+#: Names of the output head a LoRA run may train in full (modules_to_save).
+HEAD_NAMES = ("lm_head", "embed_out", "output")
+#: Values of HF_HUB_OFFLINE that explicitly allow downloading.
+_ONLINE = ("0", "false", "no", "off")
 
 
 def _looks_local(name: str) -> bool:
-    return name.startswith(("/", "./", "../", "~")) or os.path.exists(os.path.expanduser(name))
-
-
-def _hub_cache() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.path.expanduser("~"), ".cache", "huggingface"
+    return (
+        name.startswith(("/", "./", "../", "~"))
+        or os.path.exists(os.path.expanduser(name))
+        or not model_files.HUB_ID.match(name)
     )
-    return Path(home) / "hub"
 
 
 def _offline() -> bool:
     return any(
-        os.environ.get(v, "").lower() in ("1", "true", "yes")
+        os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
         for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
     )
+
+
+def downloads_allowed() -> bool:
+    """Whether the user explicitly let the run download a model the cache lacks:
+    ``HF_HUB_OFFLINE=0`` (unset is not enough: the pre-flight makes no network call, so
+    it cannot know the hub is reachable, and a machine without it would fail at load,
+    a minute later, with a traceback)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in _ONLINE and not _offline()
+
+
+def model_folder(cfg: DictConfig) -> Path | None:
+    """The folder the run will load ``model.name`` from: a local folder, or a hub id's
+    cached snapshot; None when there is none (yet)."""
+    if cfg.model.source != ModelSource.pretrained:
+        return None
+    name = str(cfg.model.name)
+    if path_refusal(os.path.expanduser(name)) is not None:
+        return None
+    if _looks_local(name):
+        folder = Path(os.path.expanduser(name))
+        return folder if folder.is_dir() else None
+    return model_files.cached_snapshot(name, cfg.model.revision)
 
 
 def model_problems(cfg: DictConfig) -> list[Problem]:
@@ -68,20 +94,7 @@ def model_problems(cfg: DictConfig) -> list[Problem]:
 
 def _model_problems(cfg: DictConfig, name: str) -> list[Problem]:
     if not _looks_local(name):
-        cached = _hub_cache() / f"models--{name.replace('/', '--')}" / "snapshots"
-        if _offline() and not any(cached.glob("*/config.json")):
-            return [
-                world_problem(
-                    "model.name",
-                    name,
-                    f"is not in the Hugging Face cache ({cached.parent}) and HF_HUB_OFFLINE is "
-                    "set, so it cannot be downloaded.",
-                    fix(
-                        note="download it once online, or model.name=/path/to/a/local/model/folder"
-                    ),
-                )
-            ]
-        return []
+        return _hub_problems(cfg, name)
     folder = Path(os.path.expanduser(name))
     if not folder.is_dir():
         return [
@@ -94,63 +107,319 @@ def _model_problems(cfg: DictConfig, name: str) -> list[Problem]:
                 fix(note="model.name=/absolute/path/to/model/folder"),
             )
         ]
+    return folder_problems(cfg, folder, name)
+
+
+def _download_command(name: str, revision: str | None) -> str:
+    return f"hf download {name}" + (f" --revision {revision}" if revision else "")
+
+
+def _hub_problems(cfg: DictConfig, name: str) -> list[Problem]:
+    """A hub id: checked in its cached snapshot, found without any network call."""
+    revision = cfg.model.revision
+    snapshot = model_files.cached_snapshot(name, revision)
+    if snapshot is not None:
+        return folder_problems(cfg, snapshot, name)
+    cache = model_files.hub_cache()
+    at = f" at revision {revision}" if revision else ""
+    command = _download_command(name, revision)
+    if downloads_allowed():
+        return [
+            world_problem(
+                "model.name",
+                name,
+                f"is not in the Hugging Face cache ({cache}){at}; HF_HUB_OFFLINE=0 lets the run "
+                "download it, so its files, tokenizer and lengths are checked only once it "
+                "has loaded.",
+                fix(note=f"{command} first, to have everything checked before the run"),
+                warning=True,
+            )
+        ]
+    why = (
+        "HF_HUB_OFFLINE is set, so it cannot be downloaded"
+        if _offline()
+        else "the pre-flight makes no network call, so nothing here says it can be downloaded "
+        "(a machine without the hub would fail a minute into loading)"
+    )
+    return [
+        world_problem(
+            "model.name",
+            name,
+            f"is not in the Hugging Face cache ({cache}){at}: {why}.",
+            fix(
+                note=f"{command} (or huggingface-cli download {name}), then run again; or "
+                "HF_HUB_OFFLINE=0 in the environment to let the run download it"
+            ),
+        )
+    ]
+
+
+def _name_problem(name: str, reason: str, note: str, warning: bool = False) -> Problem:
+    return world_problem("model.name", name, reason, fix(note=note), warning=warning)
+
+
+_RESAVE = "point model.name at a folder save_pretrained wrote"
+
+
+def _again(name: str) -> str:
+    """How to get a whole copy: the hub's download command for a hub id."""
+    if _looks_local(name):
+        return "copy or save the folder again"
+    return f"{_download_command(name, None)} again (it fetches what is missing or broken)"
+
+
+def folder_problems(cfg: DictConfig, folder: Path, name: str) -> list[Problem]:
+    """Every check of a model folder's files, each problem naming ``model.name``."""
     config_refusal = file_refusal(folder / "config.json")
     if config_refusal == "does not exist":
         return [
-            world_problem(
-                "model.name",
-                name,
-                "is a folder without config.json, so it holds no Hugging Face model.",
-                fix(note="point model.name at the folder save_pretrained wrote"),
+            _name_problem(
+                name, "is a folder without config.json, so it holds no Hugging Face model.", _RESAVE
             )
         ]
     if config_refusal is not None:
+        return [_name_problem(name, f"holds a config.json that {config_refusal}.", _RESAVE)]
+    try:
+        config = model_files.read_json_file(folder / "config.json")
+    except FolderError as exc:
+        return [_name_problem(name, f"holds a config.json that cannot be used: {exc}.", _RESAVE)]
+    if not isinstance(config, dict):
+        return [_name_problem(name, "holds a config.json that is not a JSON object.", _RESAVE)]
+    problems = _type_problems(cfg, config, name)
+    problems += _position_problems(cfg, config, name)
+    problems += _weight_problems(config, folder, name)
+    tokenizer, found = _tokenizer_problems(cfg, config, folder, name)
+    problems += found
+    if cfg.algorithm.name == AlgorithmName.rl:
+        problems += _top_p(cfg, config, tokenizer)
+    return problems + tied_head_problems(cfg, config)
+
+
+def _type_problems(cfg: DictConfig, config: dict[str, Any], name: str) -> list[Problem]:
+    """``model_type`` names a config class of the installed transformers (or the folder
+    ships its own code, and the user trusts it)."""
+    model_type = config.get("model_type")
+    if cfg.model.trust_remote_code and "auto_map" in config:
+        return []
+    known = model_files.known_model_types()
+    if known is None:
+        return []
+    if not isinstance(model_type, str) or not model_type:
         return [
-            world_problem(
-                "model.name",
+            _name_problem(
                 name,
-                f"holds a config.json that {config_refusal}.",
-                fix(note="point model.name at the folder save_pretrained wrote"),
+                "holds a config.json without a model_type, so transformers cannot tell which "
+                "architecture to build.",
+                'add "model_type" (for example "llama") to its config.json, or ' + _RESAVE,
             )
         ]
+    if model_type in known:
+        return []
+    return [
+        _name_problem(
+            name,
+            f"has model_type={model_type!r} in its config.json, which the installed "
+            f"transformers ({len(known)} model types) does not know: loading it would fail.",
+            "pip install -U transformers (a newer release may know it), or fix the model_type, "
+            "or model.trust_remote_code=true if the folder ships its own modeling code",
+        )
+    ]
+
+
+def _position_problems(cfg: DictConfig, config: dict[str, Any], name: str) -> list[Problem]:
+    """``model.max_seq_length`` within the model's positions: a longer sequence indexes
+    past the position table (an IndexError mid-run) or runs on untrained positions."""
+    found = model_files.position_limit(config)
+    limit = cfg.model.max_seq_length
+    if found is None or limit <= found[1]:
+        return []
+    key, positions = found
+    sets: dict[str, int] = {"model.max_seq_length": positions}
+    if cfg.algorithm.name == AlgorithmName.rl:
+        prompt, completion = cfg.rl.max_prompt_length, cfg.rl.max_completion_length
+        if prompt + completion > positions:
+            completion = max(1, positions - min(prompt, positions // 2))
+            sets["rl.max_prompt_length"] = positions - completion
+            sets["rl.max_completion_length"] = completion
+    elif cfg.sft.max_length > positions:
+        sets["sft.max_length"] = positions
+    return [
+        world_problem(
+            "model.max_seq_length",
+            limit,
+            f"is longer than the {positions} positions of {name} (config.json {key}={positions}): "
+            "a longer sequence would index past its position table and crash mid-run.",
+            fix(sets, "the budgets within the model's positions, together"),
+        )
+    ]
+
+
+def _weight_problems(config: dict[str, Any], folder: Path, name: str) -> list[Problem]:
     safe = list(folder.glob("*.safetensors"))
     pickled = [p.name for pattern in PICKLE_WEIGHTS for p in folder.glob(pattern)]
-    if not safe and pickled:
+    index = (folder / "model.safetensors.index.json").exists()
+    if not safe and not index and pickled:
         return [
-            world_problem(
-                "model.name",
+            _name_problem(
                 name,
                 f"holds only pickled weights ({', '.join(sorted(pickled))}); loading a pickle can "
                 "run arbitrary code, so art_hydra loads weights only from safetensors.",
-                fix(
-                    note="convert once, where you trust the file: AutoModelForCausalLM."
-                    "from_pretrained(folder).save_pretrained(folder, safe_serialization=True)"
-                ),
+                "convert once, where you trust the file: AutoModelForCausalLM."
+                "from_pretrained(folder).save_pretrained(folder, safe_serialization=True)",
             )
         ]
-    if not safe:
-        return [
-            world_problem(
-                "model.name",
-                name,
-                "holds no weights (*.safetensors).",
-                fix(note="point model.name at the folder save_pretrained wrote"),
+    if not safe and not index:
+        note = _RESAVE if _looks_local(name) else _again(name)
+        return [_name_problem(name, "holds no weights (*.safetensors).", note)]
+    try:
+        files, missing = model_files.weight_files(folder)
+        if missing:
+            shown = ", ".join(missing[:3]) + (
+                f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             )
+            return [
+                _name_problem(
+                    name,
+                    f"lacks {len(missing)} of the {len(files)} weight shards its "
+                    f"model.safetensors.index.json lists ({shown}): an interrupted download or "
+                    "copy.",
+                    _again(name),
+                )
+            ]
+        tensors: dict[str, model_files.Tensor] = {}
+        for shard in files:
+            tensors.update(model_files.read_header(folder / shard))
+    except FolderError as exc:
+        return [
+            _name_problem(
+                name,
+                f"holds weights that cannot be loaded: {exc}.",
+                _again(name),
+            )
+        ]
+    return [
+        _name_problem(
+            name,
+            f"holds weights that do not match its config: {mismatch}; the model would not load "
+            "as it was saved.",
+            "use the config.json saved with these weights",
+        )
+        for mismatch in model_files.shape_mismatches(config, tensors)
+    ]
+
+
+def _tokenizer_problems(
+    cfg: DictConfig, config: dict[str, Any], folder: Path, name: str
+) -> tuple[Any, list[Problem]]:
+    """The tokenizer files: present, loadable, with an EOS and a pad id (or one derived
+    from EOS, as the torch backend derives it)."""
+    kind = folder_tokenizer.has_tokenizer_files(folder)
+    if kind is None:
+        return None, [
+            _name_problem(
+                name,
+                "holds no tokenizer files (tokenizer.json, or tokenizer.model / vocab.json + "
+                "merges.txt), so no tokenizer can be loaded from it.",
+                "save the tokenizer next to the model: AutoTokenizer.from_pretrained(<the base "
+                "model>).save_pretrained(folder)",
+            )
+        ]
+    if kind != "json":
+        return None, [
+            _name_problem(
+                name,
+                "holds a tokenizer without tokenizer.json (only "
+                + ("tokenizer.model" if kind == "sentencepiece" else "vocab.json + merges.txt")
+                + "): prompt and answer lengths, EOS and pad are checked only after it loads.",
+                "save it once with AutoTokenizer.from_pretrained(folder).save_pretrained(folder), "
+                "which writes tokenizer.json",
+                warning=True,
+            )
+        ]
+    try:
+        tokenizer = folder_tokenizer.load(folder)
+    except FolderError as exc:
+        return None, [
+            _name_problem(name, f"holds a tokenizer that cannot be loaded: {exc}.", _RESAVE)
         ]
     problems: list[Problem] = []
-    if cfg.algorithm.name == AlgorithmName.rl:
-        vocab = _local_vocab(folder)
-        if vocab:
-            problems += top_p_problems(cfg, vocab)
-    return problems
+    eos = folder_tokenizer.eos_token(tokenizer, folder, config)
+    if eos is None:
+        problems.append(
+            _name_problem(
+                name,
+                "has a tokenizer with no EOS token (tokenizer_config.json eos_token, "
+                "generation_config.json or config.json eos_token_id): a completion could never "
+                "end, and with no pad token either, batches could not be padded.",
+                'add "eos_token": "<the token that ends a turn>" to its tokenizer_config.json',
+            )
+        )
+    elif eos[1] != "tokenizer_config.json":
+        problems.append(
+            _name_problem(
+                name,
+                f"has a tokenizer with no eos_token of its own: the run takes {eos[0]!r} from "
+                f"{eos[1]} as EOS"
+                + ("" if tokenizer.specials.get("pad_token") else " and as the pad token")
+                + ".",
+                f'add "eos_token": {eos[0]!r} to its tokenizer_config.json to say so',
+                warning=True,
+            )
+        )
+    vocab = model_files.vocab_size(config)
+    if vocab is not None and len(tokenizer) > vocab:
+        problems.append(
+            _name_problem(
+                name,
+                f"has a tokenizer of {len(tokenizer)} tokens but config.json vocab_size={vocab}: "
+                "ids past the embedding table would crash the run.",
+                "use the tokenizer saved with this model (or resize its embeddings and save)",
+            )
+        )
+    return tokenizer, problems
 
 
-def _local_vocab(folder: Path) -> int | None:
-    try:
-        config = safe_json.read(folder / "config.json", max_bytes=CONFIG_MAX_BYTES)
-    except ValueError:
-        return None
-    if not isinstance(config, dict):
-        return None
-    vocab = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
-    return vocab if isinstance(vocab, int) and vocab > 0 else None
+def _top_p(cfg: DictConfig, config: dict[str, Any], tokenizer: Any) -> list[Problem]:
+    """Top-p over the tokens the sampler can draw: the model's logits (config
+    vocab_size) less the special ids it never samples (pad, BOS, unknown; not EOS)."""
+    vocab = model_files.vocab_size(config)
+    if vocab is None:
+        return []
+    never = set()
+    if tokenizer is not None:
+        eos = tokenizer.token_id("eos_token")
+        for name in ("pad_token", "bos_token", "unk_token"):
+            token_id = tokenizer.token_id(name)
+            if token_id is not None and token_id != eos and token_id < vocab:
+                never.add(token_id)
+    what = f"config.json vocab_size={vocab}" + (
+        f" less {len(never)} special id(s) it never samples: pad, BOS, unknown" if never else ""
+    )
+    return top_p_problems(cfg, vocab - len(never), what)
+
+
+def tied_head_problems(cfg: DictConfig, config: dict[str, Any]) -> list[Problem]:
+    """``modules_to_save`` with the head on a model whose head is its embedding matrix:
+    peft trains (and saves with every checkpoint) a full untied copy of it."""
+    model = cfg.model
+    if model.finetune != FinetuneMethod.lora or not model_files.tied_embeddings(config):
+        return []
+    saved = list(model.lora.modules_to_save)
+    heads = [m for m in saved if m in HEAD_NAMES]
+    if not heads:
+        return []
+    vocab, hidden = model_files.vocab_size(config), model_files.hidden_size(config)
+    size = f"{vocab * hidden[1]:,} parameters, " if vocab and hidden else ""
+    rest = [m for m in saved if m not in heads]
+    return [
+        world_problem(
+            "model.lora.modules_to_save",
+            saved,
+            f"trains {heads[0]} in full, but this model ties its head to the input embeddings "
+            f"(config.json tie_word_embeddings, true unless it says false): peft makes a full "
+            f"untied copy of the embedding matrix ({size}vocab_size x hidden size) that trains "
+            "and is saved with every checkpoint, while the embeddings stay as they were.",
+            fix({"model.lora.modules_to_save": rest}, "LoRA adapters only"),
+            warning=True,
+        )
+    ]

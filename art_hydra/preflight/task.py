@@ -12,7 +12,6 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from art_hydra import safe_json
-from art_hydra.backends import tiny
 from art_hydra.config.problems import Problem, fix
 from art_hydra.config.schema import (
     AlgorithmName,
@@ -20,6 +19,7 @@ from art_hydra.config.schema import (
     TaskSource,
 )
 from art_hydra.config.targets import ROLE_OF_KEY, NotMarkedError, TargetError
+from art_hydra.preflight import lengths as row_lengths
 from art_hydra.preflight import rewards as reward_checks
 from art_hydra.preflight.common import top_p_problems, world_problem
 from art_hydra.safe_paths import file_refusal
@@ -30,6 +30,7 @@ from art_hydra.tasks.base import (
     data_rules,
     iter_examples,
     resolve_task_code,
+    with_system_prompt,
 )
 from art_hydra.tasks.examples import Example, TaskDataError
 from art_hydra.tasks.jsonl import Scan
@@ -100,6 +101,10 @@ class DataStats:
     columns_every: set[str] | None = None
     columns_some: set[str] = field(default_factory=set)
     first_where: str = ""
+    #: Every row measured in the run's tokens (None: the tokenizer is not known here).
+    lengths: row_lengths.Lengths | None = None
+    #: task.system_prompt, which the run puts before every text prompt (measured with it).
+    system_prompt: str | None = None
 
     def add(self, where: str | int, example: Example) -> None:
         """Count ``example``; ``where`` is its ``file:line`` or its index."""
@@ -124,6 +129,10 @@ class DataStats:
             self.no_answer = _where(where, example)
         if example.messages and self.conversation is None:
             self.conversation = _where(where, example)
+        if self.lengths is not None:
+            self.lengths.add(
+                _where(where, example), with_system_prompt(example, self.system_prompt)
+            )
 
 
 def _where(where: str | int, example: Example) -> str:
@@ -165,7 +174,7 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
         )
     elif cfg.algorithm.name == AlgorithmName.rl:
         problems += _reward_call_problems(cfg, resolved, stats, key, problems)
-    return problems + _template_problems(cfg, stats) + _length_problems(cfg, stats)
+    return problems + _template_problems(cfg, stats) + _length_problems(cfg, stats, key)
 
 
 def _reward_call_problems(
@@ -228,6 +237,7 @@ def _data_stats(cfg: DictConfig, reward: Any) -> DataStats | tuple[str, Any]:
         else _fingerprint(str(task.path)),
         (repr(OmegaConf.to_container(task.columns)), task.split) if dataset else None,
         rules,
+        row_lengths.tokenizer_key(cfg),
     )
     if key not in _stats_cache:
         _stats_cache[key] = _gather(cfg, rules)
@@ -235,7 +245,10 @@ def _data_stats(cfg: DictConfig, reward: Any) -> DataStats | tuple[str, Any]:
 
 
 def _gather(cfg: DictConfig, rules: DataRules) -> DataStats | tuple[str, Any]:
-    stats, scan = DataStats(), Scan()
+    stats = DataStats(
+        lengths=row_lengths.lengths_for(cfg), system_prompt=cfg.task.get("system_prompt")
+    )
+    scan = Scan()
     generated = cfg.task.source == TaskSource.generated
     try:
         for where, example in iter_examples(cfg, scan, rules, system=False):
@@ -382,37 +395,17 @@ def _data_file_problems(path: str) -> list[Problem]:
     ]
 
 
-def _length_problems(cfg: DictConfig, stats: DataStats) -> list[Problem]:
-    """Prompts and answers against their budgets, where the tokenizer is known without a
-    model: the tiny model's character tokenizer (BOS + one token per character)."""
-    if cfg.model.source != ModelSource.tiny:
-        return []
-    if cfg.algorithm.name == AlgorithmName.rl:
-        checks = [
-            ("rl.max_prompt_length", stats.prompt[0] + 1, stats.prompt[1], "prompt (BOS included)"),
-            ("rl.max_completion_length", stats.answer[0], stats.answer[1], "answer"),
-        ]
-    else:
-        size, where = stats.example
-        checks = [("sft.max_length", size + 2, where, "example (BOS + prompt + answer + EOS)")]
-    problems = []
-    for key, size, where, what in checks:
-        budget = OmegaConf.select(cfg, key)
-        if size > budget:
-            consequence = (
-                "the model could never produce the whole answer, so the reward caps below its best."
-                if key == "rl.max_completion_length"
-                else "it cannot be trained on without cutting it."
-            )
-            problems.append(
-                world_problem(
-                    key,
-                    budget,
-                    f"the longest {what} ({where}) takes {size} tokens of the tiny model's "
-                    f"character tokenizer, more than {key}={budget}: {consequence}",
-                    fix({key: size}),
-                )
-            )
-    if cfg.algorithm.name == AlgorithmName.rl:
-        problems += top_p_problems(cfg, len(tiny.SPECIALS) + len(stats.chars))
+def _length_problems(cfg: DictConfig, stats: DataStats, key: str) -> list[Problem]:
+    """Prompts and answers against their budgets, and the data problems only the
+    tokenizer sees (:mod:`art_hydra.preflight.lengths`); on the tiny model also top-p
+    over its vocabulary: the task's characters and EOS (pad, BOS and unknown are never
+    sampled)."""
+    value = cfg.task.path if key == "task.path" else cfg.task.generator
+    problems = row_lengths.length_problems(cfg, stats.lengths, key, value)
+    if cfg.algorithm.name == AlgorithmName.rl and cfg.model.source == ModelSource.tiny:
+        problems += top_p_problems(
+            cfg,
+            len(stats.chars) + 1,
+            "the task's characters and EOS; pad, BOS and unknown are never sampled",
+        )
     return problems

@@ -113,7 +113,8 @@ def test_python_m_matches_console_script(cli) -> None:
 
 
 def test_experiment_and_model_groups_from_cli(cli) -> None:
-    proc = cli("experiment=llama_dapo_reverse", "dry_run=true")
+    # Not in this machine's cache: HF_HUB_OFFLINE=0 lets the run download it (a warning).
+    proc = cli("experiment=llama_dapo_reverse", "dry_run=true", env={"HF_HUB_OFFLINE": "0"})
     assert proc.returncode == 0, output_of(proc)
     assert "meta-llama/Llama-3.2-1B-Instruct" in proc.stdout
     assert "epsilon_high: 0.28" in proc.stdout

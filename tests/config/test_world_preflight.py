@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import write_model_files
 
 from art_hydra import ConfigValidationError, Kind, Severity, compose, run_identity
 from art_hydra.preflight import cuda_present, world_problems
@@ -211,23 +212,32 @@ def test_local_model_folders_must_hold_a_safetensors_model(tmp_path: Path) -> No
     empty = tmp_path / "empty"
     empty.mkdir()
     assert "without config.json" in _world(_model(str(empty)))["model.name"][0].reason
-    (empty / "config.json").write_text(json.dumps({"vocab_size": 100}))
+    (empty / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 128}))
     (empty / "pytorch_model.bin").write_bytes(b"pickle")
     pickled = _world(_model(str(empty)))["model.name"][0]
     assert "pickled weights (pytorch_model.bin)" in pickled.reason
     (empty / "model.safetensors").write_bytes(b"")
+    assert "too short for a header" in _world(_model(str(empty)))["model.name"][0].reason
+    write_model_files(empty, {"model_type": "llama", "vocab_size": 128})
     assert _world(_model(str(empty))) == {}
 
 
-def test_a_hub_id_offline_must_be_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hub_id_must_be_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline, or with nothing saying the hub can be reached, the cache decides (no
+    network call); HF_HUB_OFFLINE=0 lets the run download it, with a warning."""
     monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    for offline in ("1", ""):
+        monkeypatch.setenv("HF_HUB_OFFLINE", offline)
+        (problem,) = _world(_model("acme/tiny-model"))["model.name"]
+        assert "not in the Hugging Face cache" in problem.reason
+        assert "hf download acme/tiny-model" in problem.fix.render()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    (allowed,) = _world(_model("acme/tiny-model"))["model.name"]
+    assert allowed.severity == Severity.warning
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert (
-        "not in the Hugging Face cache" in _world(_model("acme/tiny-model"))["model.name"][0].reason
-    )
     snapshot = tmp_path / "hub" / "models--acme--tiny-model" / "snapshots" / "abc"
-    snapshot.mkdir(parents=True)
-    (snapshot / "config.json").write_text("{}")
+    write_model_files(snapshot, {"model_type": "qwen2", "vocab_size": 128})
     assert _world(_model("acme/tiny-model")) == {}
 
 

@@ -17,7 +17,7 @@ import pkgutil
 from pathlib import Path
 
 import pytest
-from conftest import output_of, run_cli
+from conftest import output_of, run_cli, write_model_files
 
 from art_hydra import ConfigValidationError, compose
 from art_hydra.config.targets import ART_HYDRA_GENERATORS, ART_HYDRA_REWARDS, role_of
@@ -224,11 +224,8 @@ def test_generators_are_called_by_parameter_name() -> None:
 
 
 def _model_folder(root: Path) -> Path:
-    folder = root / "remote_model"
-    folder.mkdir()
-    config = {"model_type": "x", "vocab_size": 100, "auto_map": {"AutoModel": "modeling_x.X"}}
-    (folder / "config.json").write_text(json.dumps(config))
-    (folder / "model.safetensors").write_bytes(b"")
+    config = {"model_type": "x", "vocab_size": 128, "auto_map": {"AutoModel": "modeling_x.X"}}
+    folder = write_model_files(root / "remote_model", config)
     (folder / "modeling_x.py").write_text("raise SystemExit('remote code ran')\n")
     return folder
 
