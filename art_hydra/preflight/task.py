@@ -30,7 +30,6 @@ from art_hydra.tasks.base import (
     data_rules,
     iter_examples,
     resolve_task_code,
-    with_system_prompt,
 )
 from art_hydra.tasks.examples import Example, TaskDataError
 from art_hydra.tasks.jsonl import Scan
@@ -103,8 +102,6 @@ class DataStats:
     first_where: str = ""
     #: Every row measured in the run's tokens (None: the tokenizer is not known here).
     lengths: row_lengths.Lengths | None = None
-    #: task.system_prompt, which the run puts before every text prompt (measured with it).
-    system_prompt: str | None = None
 
     def add(self, where: str | int, example: Example) -> None:
         """Count ``example``; ``where`` is its ``file:line`` or its index."""
@@ -130,9 +127,7 @@ class DataStats:
         if example.messages and self.conversation is None:
             self.conversation = _where(where, example)
         if self.lengths is not None:
-            self.lengths.add(
-                _where(where, example), with_system_prompt(example, self.system_prompt)
-            )
+            self.lengths.add(_where(where, example), example)
 
 
 def _where(where: str | int, example: Example) -> str:
@@ -245,9 +240,7 @@ def _data_stats(cfg: DictConfig, reward: Any) -> DataStats | tuple[str, Any]:
 
 
 def _gather(cfg: DictConfig, rules: DataRules) -> DataStats | tuple[str, Any]:
-    stats = DataStats(
-        lengths=row_lengths.lengths_for(cfg), system_prompt=cfg.task.get("system_prompt")
-    )
+    stats = DataStats(lengths=row_lengths.lengths_for(cfg))
     scan = Scan()
     generated = cfg.task.source == TaskSource.generated
     try:
