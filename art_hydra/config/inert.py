@@ -334,7 +334,7 @@ def model_settings_the_source_ignores(cfg: DictConfig) -> Iterator[Problem]:
             ["model.tiny"],
             f"model.source=pretrained loads {model.name}",
             "the built-in tiny model's shape (model.tiny.*) is not used",
-            lambda key, value: fix({"model": "tiny"}, alt=_drop(key, value)),
+            _drop,
         )
         return
     for key in ("model.revision", "model.trust_remote_code"):
@@ -368,11 +368,11 @@ def tiny_settings_in_a_pretrained_run(cfg: DictConfig) -> Iterator[Problem]:
     ]
     if origins is None and len(leaked) < 3:
         return  # without the record, only the tiny option's whole set tells
-    if origins is not None and not _on_purpose("model.max_seq_length"):
-        # Its positions follow the budgets (a resolver), from at least 64: the toy's room.
-        leaked.append(("model.max_seq_length", cfg.model.max_seq_length))
     if not leaked:
         return
+    if not _on_purpose("model.max_seq_length"):
+        # Its positions follow the budgets (a resolver), from at least 64: the toy's room.
+        leaked.append(("model.max_seq_length", cfg.model.max_seq_length))
     shown = ", ".join(f"{k}={_show(v)}" for k, v in leaked)
     name = cfg.model.name
     yield _warning(
