@@ -84,6 +84,45 @@ def tracing(origins: Origins | None) -> Iterator[None]:
         _origins.reset(token)
 
 
+#: Keys and groups a sweep varies (set while its pre-flight checks the points).
+_swept: ContextVar[frozenset[str]] = ContextVar("art_hydra_swept", default=frozenset())
+
+
+@contextmanager
+def sweeping(keys: frozenset[str]) -> Iterator[None]:
+    """Check the points of a sweep that varies ``keys`` (keys and groups). A value made
+    inert by a choice the sweep varies (``algorithm=rl,sft`` with ``rl.beta=0.1``), or
+    one the sweep itself varies, is deliberate: the sweep crosses the two on purpose."""
+    token = _swept.set(keys)
+    try:
+        yield
+    finally:
+        _swept.reset(token)
+
+
+def swept_keys(task_overrides: Any) -> frozenset[str]:
+    """The keys and groups the sweep ``task_overrides`` (a master's
+    ``hydra.overrides.task``) varies."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    found = set()
+    for text in task_overrides or ():
+        try:
+            override = parser.parse_override(str(text))
+        except Exception:
+            continue
+        if override.is_sweep_override():
+            found.add(override.key_or_group.lstrip("+~"))
+    return frozenset(found)
+
+
+def _crossed(key: str, causes: tuple[str, ...]) -> bool:
+    """Whether a sweep varies ``key`` (or a mapping above it) or one of ``causes``."""
+    swept = _swept.get()
+    return bool(swept) and (_under(key, swept) or any(c in swept for c in causes))
+
+
 def _under(key: str, keys: frozenset[str]) -> bool:
     """Whether ``key`` or a mapping above it is in ``keys``."""
     parts = key.split(".")
@@ -233,10 +272,19 @@ def _set_leaves(cfg: DictConfig, section: str) -> Iterator[tuple[str, Any]]:
 
 
 def _inert(
-    cfg: DictConfig, sections: list[str], because: str, what: str, remedy: Any
+    cfg: DictConfig,
+    sections: list[str],
+    because: str,
+    what: str,
+    remedy: Any,
+    causes: tuple[str, ...],
 ) -> Iterator[Problem]:
+    """A warning for each value below ``sections`` the user set, unless a sweep crosses
+    it (or one of ``causes``, the keys and groups that make it inert) on purpose."""
     for section in sections:
         for key, value in _set_leaves(cfg, section):
+            if _crossed(key, causes):
+                continue
             yield _warning(
                 key,
                 value,
@@ -260,6 +308,7 @@ def lora_settings_under_full_finetuning(cfg: DictConfig) -> Iterator[Problem]:
         "model.finetune=full trains every weight with no adapter",
         "the LoRA settings (model.lora.*) are not used",
         lambda key, value: fix({"model.finetune": "lora"}, alt=_drop(key, value)),
+        ("model.finetune", "model", "experiment"),
     )
 
 
@@ -275,6 +324,7 @@ def settings_of_the_other_algorithm(cfg: DictConfig) -> Iterator[Problem]:
         f"algorithm={this} runs {'RL' if rl else 'supervised fine-tuning'}",
         f"the {other}.* settings (algorithm={name}'s) are not used",
         lambda key, value: fix({"algorithm": name}, alt=_drop(key, value)),
+        ("algorithm", "algorithm.name", "experiment"),
     )
 
 
@@ -290,6 +340,7 @@ def generator_settings_with_a_file_task(cfg: DictConfig) -> Iterator[Problem]:
         f"task.source={task.source.name} reads every example from task.path ({task.path})",
         "the generator's settings are not used",
         _drop,
+        ("task", "task.source", "experiment"),
     )
 
 
@@ -335,11 +386,13 @@ def model_settings_the_source_ignores(cfg: DictConfig) -> Iterator[Problem]:
             f"model.source=pretrained loads {model.name}",
             "the built-in tiny model's shape (model.tiny.*) is not used",
             _drop,
+            ("model", "model.source", "experiment"),
         )
         return
     for key in ("model.revision", "model.trust_remote_code"):
         value = OmegaConf.select(cfg, key)
-        if value not in (None, False) and user_set(cfg, key):
+        crossed = _crossed(key, ("model", "model.source", "experiment"))
+        if value not in (None, False) and user_set(cfg, key) and not crossed:
             yield _warning(
                 key,
                 value,

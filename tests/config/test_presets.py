@@ -235,3 +235,19 @@ def test_logging_less_often_than_the_run_is_long_is_a_warning() -> None:
         _check(["trainer.max_steps=3", "logging.every_steps=10"]), "logging.every_steps"
     )
     assert problem.severity == Severity.warning and "only the last step" in problem.reason
+
+
+def test_a_sweep_that_crosses_a_value_with_what_makes_it_inert_is_deliberate() -> None:
+    """``-m algorithm=rl,sft rl.beta=0.1``: rl.beta is meant for the RL points."""
+    from art_hydra.config import inert
+
+    assert inert.swept_keys(["algorithm=rl,sft", "rl.beta=0.1", "seed=range(3)"]) == {
+        "algorithm",
+        "seed",
+    }
+    with inert.sweeping(frozenset({"algorithm"})):
+        assert _check(["algorithm=sft", "rl.beta=0.1"]) == []
+    with inert.sweeping(frozenset({"model.lora.r"})):
+        assert _check(["model.lora.r=8"]) == []
+    with inert.sweeping(frozenset({"seed"})):  # a sweep over seeds crosses nothing with it
+        assert problem_about(_check(["model.lora.r=8"]), "model.lora.r").severity.name == "warning"
