@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import importlib.util
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -164,12 +165,11 @@ def _is_shipped(path: Any) -> bool:
 
 @functools.cache
 def _conf_folder() -> str:
-    from art_hydra.config.composition import config_path
-
-    where = config_path()
-    if where.startswith("pkg://"):
+    """The shipped conf/ folder: the installed ``art_hydra.conf`` package, else the
+    repository's (as composition.config_path finds it)."""
+    if importlib.util.find_spec("art_hydra.conf") is not None:
         return str(importlib.resources.files("art_hydra.conf"))
-    return where
+    return str(Path(__file__).resolve().parents[2] / "conf")
 
 
 def _file_leaves(loaded: Any, group: str) -> Iterator[str]:
