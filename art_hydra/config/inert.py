@@ -407,25 +407,9 @@ def tiny_settings_in_a_pretrained_run(cfg: DictConfig) -> Iterator[Problem]:
     """model=tiny with model.source=pretrained keeps the tiny model's training settings
     (a learning rate 100 times a LoRA one, full fine-tuning, 64 positions, a head trained
     in full): a real model would train with settings made for a 140k-parameter toy."""
-    if cfg.model.source != ModelSource.pretrained:
-        return
-    origins = _origins.get()
-    if origins is not None and origins.shipped_choice("model") != TINY:
-        return
-    leaked = [
-        (key, value)
-        for key, value in tiny_settings().items()
-        if key not in ("model.name", "model.source")
-        and _plain(OmegaConf.select(cfg, key, throw_on_missing=False)) == value
-        and not _on_purpose(key)
-    ]
-    if origins is None and len(leaked) < 3:
-        return  # without the record, only the tiny option's whole set tells
+    leaked = leaked_tiny_settings(cfg)
     if not leaked:
         return
-    if not _on_purpose("model.max_seq_length"):
-        # Its positions follow the budgets (a resolver), from at least 64: the toy's room.
-        leaked.append(("model.max_seq_length", cfg.model.max_seq_length))
     shown = ", ".join(f"{k}={_show(v)}" for k, v in leaked)
     name = cfg.model.name
     yield _warning(
@@ -435,6 +419,29 @@ def tiny_settings_in_a_pretrained_run(cfg: DictConfig) -> Iterator[Problem]:
         "chosen for a 140k-parameter model built from scratch, not for pretrained weights.",
         fix({"model": "pretrained", "model.name": name}, "a pretrained model's settings"),
     )
+
+
+def leaked_tiny_settings(cfg: DictConfig) -> list[tuple[str, Any]]:
+    """The tiny option's settings a pretrained run keeps (empty: none, or not a pretrained
+    run on model=tiny), as ``(key, value)``, the ones the user set on purpose left out."""
+    if cfg.model.source != ModelSource.pretrained:
+        return []
+    origins = _origins.get()
+    if origins is not None and origins.shipped_choice("model") != TINY:
+        return []
+    leaked = [
+        (key, value)
+        for key, value in tiny_settings().items()
+        if key not in ("model.name", "model.source")
+        and _plain(OmegaConf.select(cfg, key, throw_on_missing=False)) == value
+        and not _on_purpose(key)
+    ]
+    if (origins is None and len(leaked) < 3) or not leaked:
+        return []  # without the record, only the tiny option's whole set tells
+    if not _on_purpose("model.max_seq_length"):
+        # Its positions follow the budgets (a resolver), from at least 64: the toy's room.
+        leaked.append(("model.max_seq_length", cfg.model.max_seq_length))
+    return leaked
 
 
 def _on_purpose(key: str) -> bool:
@@ -468,3 +475,31 @@ def _show(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)
+
+
+#: The highest learning rate that looks meant for full fine-tuning of pretrained weights;
+#: LoRA rates (1e-5 and up, the schema's default among them) are larger.
+FULL_FINETUNING_RATE = 5e-6
+
+
+@validator
+def lora_rate_under_full_finetuning(cfg: DictConfig) -> Iterator[Problem]:
+    """Full fine-tuning of pretrained weights at a rate made for LoRA adapters (the
+    schema's default, when no training file of the model sets one) overwrites what the
+    model knows within a few steps. The shipped options lower it by themselves
+    (conf/training/); a rate the user chose is theirs."""
+    model, rate = cfg.model, cfg.trainer.learning_rate
+    if model.source != ModelSource.pretrained or model.finetune != FinetuneMethod.full:
+        return
+    if leaked_tiny_settings(cfg):
+        return  # the tiny option's settings are reported as a whole
+    if rate <= FULL_FINETUNING_RATE or user_set(cfg, "trainer.learning_rate"):
+        return
+    yield _warning(
+        "trainer.learning_rate",
+        rate,
+        f"is a learning rate for LoRA adapters, and model.finetune=full trains every weight "
+        f"of {model.name}: at {rate:g} full fine-tuning overwrites much of what the model "
+        "knows; full fine-tuning of pretrained weights usually takes about 1e-6.",
+        fix({"trainer.learning_rate": 1e-6}, alt=fix({"model.finetune": "lora"})),
+    )

@@ -251,3 +251,24 @@ def test_a_sweep_that_crosses_a_value_with_what_makes_it_inert_is_deliberate() -
         assert _check(["model.lora.r=8"]) == []
     with inert.sweeping(frozenset({"seed"})):  # a sweep over seeds crosses nothing with it
         assert problem_about(_check(["model.lora.r=8"]), "model.lora.r").severity.name == "warning"
+
+
+def test_full_finetuning_at_a_lora_rate_is_a_warning(tmp_path: Path) -> None:
+    """A model option of the user's own has no training file: the schema's rate (1e-5,
+    made for LoRA) under model.finetune=full is named; a rate set by hand is not."""
+    mine = tmp_path / "mine" / "model"
+    mine.mkdir(parents=True)
+    (mine / "mymodel.yaml").write_text("# @package _global_\nmodel:\n  name: /models/mine\n")
+    where = str(tmp_path / "mine")
+    found = problem_about(
+        _check(["model=mymodel", "model.finetune=full"], config_dir=where),
+        "trainer.learning_rate",
+    )
+    assert found.severity == Severity.warning and found.fix.overrides() == [
+        "trainer.learning_rate=1e-06"
+    ]
+    assert _check(["model=mymodel", "model.finetune=full", *found.fix.overrides()], where) == []
+    assert (
+        _check(["model=mymodel", "model.finetune=full", "trainer.learning_rate=2e-5"], where) == []
+    )
+    assert _check(["model=pretrained", "model.name=/m", "model.finetune=full"]) == []
