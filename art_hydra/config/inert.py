@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import importlib.util
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -41,6 +42,7 @@ from art_hydra.config.registry import validator
 from art_hydra.config.schema import (
     AlgorithmName,
     FinetuneMethod,
+    LossType,
     ModelSource,
     RunConfig,
     TaskSource,
@@ -345,6 +347,22 @@ def generator_settings_with_a_file_task(cfg: DictConfig) -> Iterator[Problem]:
 
 
 @validator
+def lower_clip_under_cispo(cfg: DictConfig) -> Iterator[Problem]:
+    """CISPO caps the importance weight from above only (rl.epsilon_high)."""
+    if cfg.algorithm.name != AlgorithmName.rl or cfg.rl.loss_type != LossType.cispo:
+        return
+    yield from _inert(
+        cfg,
+        ["rl.epsilon"],
+        "rl.loss_type=cispo caps each token's importance weight at rl.epsilon_high only, "
+        "with no lower clip",
+        "rl.epsilon (the PPO clip's lower bound) is not used",
+        lambda key, value: fix({"rl.loss_type": "ppo_clip"}, alt=_drop(key, value)),
+        ("rl.loss_type", "experiment"),
+    )
+
+
+@validator
 def paths_that_would_be_ignored(cfg: DictConfig) -> Iterator[Problem]:
     """A data file or model folder the run would not read is surely a mistake: the run
     would train on the generator, or on the built-in tiny model, instead."""
@@ -369,9 +387,11 @@ def paths_that_would_be_ignored(cfg: DictConfig) -> Iterator[Problem]:
 
 
 def looks_like_a_model_path(name: str) -> bool:
-    """A folder path or a hub id (``org/name``), not a label: a separator, or a start that
-    only a path has (``~``, ``.``)."""
-    return "/" in name or "\\" in name or name.startswith(("~", "."))
+    """A folder path or a hub id (``org/name``), not a label: a separator, a start that
+    only a path has (``~``, ``.``), or a model folder of that name right here."""
+    if "/" in name or "\\" in name or name.startswith(("~", ".")):
+        return True
+    return os.path.isfile(os.path.join(name, "config.json"))
 
 
 @validator

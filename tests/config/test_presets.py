@@ -135,6 +135,13 @@ def test_a_label_under_the_tiny_source_is_fine() -> None:
     assert _check(["model.name=my-tiny"]) == []
 
 
+def test_a_model_folder_named_without_a_slash_is_a_path(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "mymodel").mkdir()
+    (tmp_path / "mymodel" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    assert problem_about(_check(["model.name=mymodel"]), "model.name").is_error
+
+
 def test_the_tiny_settings_in_a_pretrained_run_are_named() -> None:
     problems = _check(["model.source=pretrained", "model.name=/models/mine"])
     leak = problem_about(problems, "model.source")
@@ -170,6 +177,7 @@ INERT_CASES = [
         "model.source=pretrained",
     ),
     (["model.revision=main"], "model.revision", "model.source=tiny"),
+    (["rl.loss_type=cispo", "rl.epsilon_high=5", "rl.epsilon=0.1"], "rl.epsilon", "cispo"),
 ]
 
 
@@ -190,6 +198,7 @@ ACTIVE_CASES = [
     ["task.num_examples=5", "task.params.length=4"],
     ["model.tiny.hidden_size=32"],
     ["model=pretrained", "model.name=/m", "model.revision=main"],
+    ["rl.epsilon=0.1"],
 ]
 
 
