@@ -243,7 +243,8 @@ def user_set(cfg: DictConfig, key: str) -> bool:
         return origins.user_set(key)
     hand = current_hand()
     if hand is not None:
-        return hand.set(key)
+        # A sweep's job: its pre-flight judged the point knowing what the sweep varies.
+        return hand.set(key) and not _in_a_sweep_job()
     value = _plain(OmegaConf.select(cfg, key, throw_on_missing=False))
     try:
         if value == _plain(schema_default(RunConfig, key)):
@@ -251,6 +252,13 @@ def user_set(cfg: DictConfig, key: str) -> bool:
     except (KeyError, TypeError, AttributeError):
         pass  # a key below a free mapping (task.params.*): no schema default
     return value not in shipped_values().get(key, ())
+
+
+def _in_a_sweep_job() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 # ---- the rules -------------------------------------------------------------------------
