@@ -86,6 +86,7 @@ class MetricsLog:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / METRICS
+        self.max_steps = max_steps
         start = resume_step or 0
         if resume_step is not None:
             # Drop lines written after the checkpoint: the resumed run writes them again.
@@ -133,7 +134,7 @@ class MetricsLog:
                 self._bar.set_postfix(postfix)
             except OSError:  # the terminal closed (SIGHUP): the record matters, not the bar
                 self._bar = None
-        if step % self.cfg.every_steps:
+        if not self.due(step):
             return
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
@@ -142,9 +143,15 @@ class MetricsLog:
                 if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
                     self._writer.add_scalar(f"train/{key}", value, step)
 
+    def due(self, step: int) -> bool:
+        """Every ``logging.every_steps``-th step, and always the run's last one: a run
+        shorter than the interval, or one that ends between two multiples, still records
+        where it ended (the final metrics, the plot's last point, the sweep's objective)."""
+        return step % self.cfg.every_steps == 0 or step == self.max_steps
+
     def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
         """Append a step's example completions to completions.jsonl."""
-        if not samples or step % self.cfg.every_steps:
+        if not samples or not self.due(step):
             return
         if self._samples is None:
             self._samples = open_append(self.run_dir / COMPLETIONS)

@@ -192,6 +192,28 @@ def build_trainer_and_producer(cfg: DictConfig, world: Any = None) -> tuple[Any,
     return trainer, producer
 
 
+def parameter_counts(model: Any) -> tuple[int, int]:
+    """Trainable and total parameters of ``model`` (shared tensors, such as tied
+    embeddings, counted once; a 4-bit weight counts its packed elements)."""
+    trainable = total = 0
+    for p in model.parameters():
+        total += p.numel()
+        trainable += p.numel() if p.requires_grad else 0
+    return trainable, total
+
+
+def parameter_line(cfg: DictConfig, model: Any) -> str:
+    """The start-up line that says what trains: a LoRA run that trains a whole head, or
+    a full run of a model much larger than meant, shows here before the first step."""
+    trainable, total = parameter_counts(model)
+    share = 100.0 * trainable / total if total else 0.0
+    how = cfg.model.finetune.name
+    return (
+        f"model {cfg.model.name} ({cfg.model.source.name}, finetune={how}): "
+        f"{trainable:,} trainable of {total:,} parameters ({share:.2f}%)"
+    )
+
+
 def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> RunResult:
     """The run itself, for a config that :func:`train` has validated.
 
@@ -339,6 +361,7 @@ def _train_locked(
     torch.manual_seed(cfg.seed)
     is_rl = cfg.algorithm.name == AlgorithmName.rl
     trainer, producer = build_trainer_and_producer(cfg, world)
+    log.info("%s", parameter_line(cfg, trainer.model))
     ranked = _Ranked(producer, world)
     # One process saves the producer's own state; the ranks save theirs together. Both
     # load through _Ranked, which refuses a checkpoint of another number of ranks.

@@ -32,7 +32,7 @@ from hydra.core.override_parser.types import Override
 from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from art_hydra.config import hydra_compat
+from art_hydra.config import hydra_compat, inert
 from art_hydra.config.bounds import canonical
 from art_hydra.config.composition import (
     Composition,
@@ -102,6 +102,11 @@ class PointChecker:
         self.devices_here = devices_here
         self.fast_way = fast_way
         self.fixed = hydra_compat.raw_list(master.hydra.overrides.hydra)
+        #: What the sweep varies: a value it makes inert at some points is deliberate.
+        params = OmegaConf.select(master, "hydra.sweeper.params", default=None)
+        self.swept = inert.swept_keys(hydra_compat.raw_list(master.hydra.overrides.task)) | {
+            str(k) for k in (params or {})
+        }
         self._bases: dict[tuple[str, ...], _Base | None] = {}
         #: How many points took the fast way (the rest: full composition).
         self.fast = 0
@@ -114,14 +119,15 @@ class PointChecker:
     def problems(self, point: list[str], job_num: int) -> list[Problem]:
         """Every problem of ``point`` as job ``job_num``: composition, config, world, and
         a folder another point of the sweep already runs in."""
-        found = self._fast(point, job_num) if self.fast_way else None
-        if found is None:
-            result = self.full(point, job_num)
-            if result.run_dir is not None:
-                self.run_dirs[job_num] = result.run_dir
-            found = result.problems
-        else:
-            self.fast += 1
+        with inert.sweeping(self.swept):
+            found = self._fast(point, job_num) if self.fast_way else None
+            if found is None:
+                result = self.full(point, job_num)
+                if result.run_dir is not None:
+                    self.run_dirs[job_num] = result.run_dir
+                found = result.problems
+            else:
+                self.fast += 1
         return found + self._shared_folder(job_num)
 
     def _shared_folder(self, job_num: int) -> list[Problem]:

@@ -94,6 +94,16 @@ def no_decay_parameters(model: Any) -> set[int]:
     return keep
 
 
+def scheduler_name(kind: str, warmup_steps: int) -> str:
+    """The transformers schedule that honours ``warmup_steps`` for ``kind``: its
+    ``constant`` ignores warmup, so a constant rate with warmup is
+    ``constant_with_warmup`` (the same schedule once warmed up). Without warmup every
+    name stays as it is, so runs (and their checkpoints) without it are unchanged."""
+    if kind == "constant" and warmup_steps > 0:
+        return "constant_with_warmup"
+    return kind
+
+
 def build_optimizer(model: Any, trainer_cfg: Any) -> tuple[Any, Any]:
     """AdamW over the trainable parameters, and the learning-rate schedule.
 
@@ -122,7 +132,7 @@ def build_optimizer(model: Any, trainer_cfg: Any) -> tuple[Any, Any]:
         fused=all(p.device.type in ("cpu", "cuda") for p in params) or None,
     )
     scheduler = get_scheduler(
-        trainer_cfg.lr_scheduler_type.value,
+        scheduler_name(trainer_cfg.lr_scheduler_type.value, trainer_cfg.warmup_steps),
         optimizer,
         num_warmup_steps=trainer_cfg.warmup_steps,
         num_training_steps=trainer_cfg.max_steps,

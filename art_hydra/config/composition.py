@@ -30,7 +30,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from art_hydra.config import hydra_compat
+from art_hydra.config import hydra_compat, inert  # inert: also registers its rules
 from art_hydra.config.bounds import (
     bound_problems,
     bound_problems_of,
@@ -141,7 +141,11 @@ def compose_and_check(
         result.problems += [p for p in trust_problems(cfg, hand, chosen) if p.key not in flagged]
     if cfg is not None and validate:
         failed = {p.key for p in result.problems}
-        with hydra_compat.as_job(cfg, job_num):
+        # Who set what, for the checks of settings the run never reads (config/inert.py).
+        origins = inert.origins_of(
+            hand, chosen.choices, chosen.loaded, _primary(loader, config_name)
+        )
+        with hydra_compat.as_job(cfg, job_num), inert.tracing(origins):
             result.run_dir = str(cfg.hydra.runtime.output_dir)
             resolved, found = check(cfg, in_place=True)
         with open_dict(resolved):
@@ -160,10 +164,24 @@ def _group_content(loader: ConfigLoader, cfg: DictConfig) -> Any:
     )
 
 
+def _primary(loader: ConfigLoader, config_name: str | None) -> Any:
+    """The primary config's file (None: none, or unreadable)."""
+    if config_name is None:
+        return None
+    try:
+        return loader.repository.load_config(config_name)  # type: ignore[attr-defined]
+    except Exception:
+        return None
+
+
 class _GroupFiles:
     def __init__(self, loader: ConfigLoader, choices: dict[str, Any]) -> None:
         self.loader, self.choices = loader, choices
         self._loaded: dict[str, Any] = {}
+
+    def loaded(self, group: str) -> Any:
+        """The Hydra ``LoadedConfig`` of the group's chosen option (None: unreadable)."""
+        return self._load(group)
 
     def _load(self, group: str) -> Any:
         """The option's file, read once (the trust check asks for it more than once)."""

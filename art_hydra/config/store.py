@@ -15,6 +15,7 @@ import functools
 import os
 import secrets
 from dataclasses import dataclass, field
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -78,6 +79,27 @@ def unique_name() -> str:
     return f"{os.getpid()}-{secrets.token_hex(2)}"
 
 
+def _name(value: Any) -> str:
+    """An enum's name or a plain value's text (a typed config passes enums to resolvers)."""
+    return str(getattr(value, "name", value))
+
+
+def sequence_room(algorithm: Any, prompt: Any, completion: Any, sft_length: Any, floor: Any) -> int:
+    """``${art_hydra.room:...}`` (conf/model/tiny.yaml): the positions a locally built
+    model needs for the run's token budgets, and at least ``floor``. RL needs prompt plus
+    completion; SFT its longest example. The tiny model has no position limit of its own,
+    so it grows to fit a file task's budgets instead of refusing them."""
+    needed = int(sft_length) if _name(algorithm) == "sft" else int(prompt) + int(completion)
+    return max(int(floor), needed)
+
+
+def by_finetune(finetune: Any, lora: Any, full: Any) -> Any:
+    """``${art_hydra.by_finetune:${model.finetune},<lora value>,<full value>}``
+    (conf/training/): a value that follows the fine-tuning method, such as a learning
+    rate (LoRA adapters take a rate about ten times higher than full fine-tuning)."""
+    return full if _name(finetune) == "full" else lora
+
+
 # At import: a launcher's worker process resolves the job's hydra node before any
 # entry point runs, and it has imported this module with the task function.
 OmegaConf.register_new_resolver("art_hydra.job_record", job_record_name, replace=True)
@@ -85,3 +107,6 @@ OmegaConf.register_new_resolver("art_hydra.job_record", job_record_name, replace
 # conf/config.yaml), read from the schema's field metadata.
 OmegaConf.register_new_resolver("art_hydra.unique", unique_name, replace=True, use_cache=True)
 OmegaConf.register_new_resolver("art_hydra.keys", key_help_text, replace=True)
+# Values that follow other keys (conf/model/tiny.yaml, conf/training/).
+OmegaConf.register_new_resolver("art_hydra.room", sequence_room, replace=True)
+OmegaConf.register_new_resolver("art_hydra.by_finetune", by_finetune, replace=True)

@@ -517,24 +517,26 @@ def objective_names_a_logged_metric(cfg: DictConfig) -> Iterator[Problem]:
 
 @validator
 def objective_window_within_the_run(cfg: DictConfig) -> Iterator[Problem]:
-    """A window longer than the run's logged steps reduces fewer values than asked."""
-    logged = cfg.trainer.max_steps // cfg.logging.every_steps
+    """A window longer than the run's logged steps reduces fewer values than asked. The
+    run logs every logging.every_steps-th step and always its last one."""
+    steps, every = cfg.trainer.max_steps, cfg.logging.every_steps
+    logged = steps // every + (1 if steps % every else 0)
     window = cfg.objective.window
-    if logged == 0:
+    if every > steps:
         yield _warning(
             "logging.every_steps",
-            cfg.logging.every_steps,
-            f"is longer than the run (trainer.max_steps={cfg.trainer.max_steps}): no step is "
-            "logged, so the run's objective (what a sweeper optimises) is NaN.",
-            fix({"logging.every_steps": cfg.trainer.max_steps}),
+            every,
+            f"is longer than the run (trainer.max_steps={steps}): only the last step is "
+            "logged (metrics.jsonl holds one line, the plot one point).",
+            fix({"logging.every_steps": max(1, steps // 10)}),
         )
     elif window > logged:
         yield _warning(
             "objective.window",
             window,
             f"is longer than the {logged} step(s) the run logs (trainer.max_steps="
-            f"{cfg.trainer.max_steps}, logging.every_steps={cfg.logging.every_steps}): the "
-            "objective reduces all of them.",
+            f"{steps}, logging.every_steps={every}, and the last step): the objective "
+            "reduces all of them.",
             fix({"objective.window": logged}),
         )
 

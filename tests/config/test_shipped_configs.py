@@ -16,11 +16,10 @@ from art_hydra import compose
 CONF = Path(__file__).resolve().parents[2] / "conf"
 GROUPS = ["algorithm", "backend", "model", "task", "experiment"]
 
-# Settings some options need to be complete (the jsonl task needs a file and room for
-# its prompts).
+# Settings some options need to be complete (the pretrained option needs a model; the
+# jsonl task needs a file, and the tiny model's positions follow its budgets).
 NEEDS: dict[tuple[str, str], list[str]] = {
-    ("task", "jsonl"): ["model=qwen2_5_0_5b_instruct"],
-    ("task", "dataset"): ["model=qwen2_5_0_5b_instruct"],
+    ("model", "pretrained"): ["model.name=/models/mine"],
 }
 
 

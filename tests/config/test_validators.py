@@ -33,13 +33,13 @@ CASES = [
     ),
     (["rl.num_generations=1"], "rl.num_generations", "at least 2", ["rl.num_generations=2"]),
     (
-        ["rl.max_completion_length=60"],
+        ["model.max_seq_length=64", "rl.max_completion_length=60"],
         "rl.max_completion_length",
         "longer than model.max_seq_length=64",
         ["rl.max_completion_length=48"],
     ),
     (
-        ["algorithm=sft", "sft.max_length=65"],
+        ["algorithm=sft", "model.max_seq_length=64", "sft.max_length=65"],
         "sft.max_length",
         "longer than model.max_seq_length",
         ["algorithm=sft", "sft.max_length=64"],

@@ -1,0 +1,533 @@
+"""Settings the composed run never reads: no value the user set may do nothing silently.
+
+A key can be inert because another choice makes the run skip it: LoRA settings under
+``model.finetune=full``, ``rl.*`` under ``algorithm=sft`` (and ``sft.*`` under RL),
+``task.num_examples``/``task.params``/``task.generator`` with a file task, ``model.tiny.*``
+with a pretrained model, a hub revision or remote code with the tiny model. Each such value
+*the user set* is a warning naming the setting that makes it inert. Where the ignored value
+is surely a mistake, a model or data path that would be ignored (``task.path`` without a
+file task, ``model.name`` as a path or hub id under ``model.source=tiny``), it is an error:
+the run would train on something other than what the user pointed at.
+
+"The user set" means the command line (:mod:`art_hydra.config.trust`'s hand) or a config
+file of the user's own (``--config-dir``, ``--config-name``); the schema's defaults and the
+shipped group files never count, so a shipped config never warns (the tiny model's
+``modules_to_save=[lm_head]`` is meant for ``model.finetune=lora`` and stays quiet under
+``full``). Composition records who set what (:func:`tracing`); a config checked without
+that record (``train(cfg)`` from Python) counts the command line's keys when there is a
+command line, else every value that neither the schema nor a shipped file gives.
+
+Nothing here imports torch, transformers, peft or unsloth.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import importlib.util
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from art_hydra.config.bounds import schema_default
+from art_hydra.config.problems import Kind, Problem, Severity, fix
+from art_hydra.config.registry import validator
+from art_hydra.config.schema import (
+    AlgorithmName,
+    FinetuneMethod,
+    LossType,
+    ModelSource,
+    RunConfig,
+    TaskSource,
+)
+from art_hydra.config.trust import Hand, current_hand
+
+#: The group option whose settings the tiny model needs (conf/model/tiny.yaml and the
+#: conf/training/tiny.yaml chosen with it).
+TINY = "tiny"
+
+
+@dataclass(frozen=True)
+class Origins:
+    """Who set what in one composed config."""
+
+    #: The command line's keys (None: a Python caller's config).
+    hand: Hand | None
+    #: Leaf keys that config files of the user's own set (not shipped with art_hydra).
+    own: frozenset[str] = frozenset()
+    #: The option chosen for each group, and whether it is a shipped file.
+    choices: Mapping[str, tuple[str, bool]] = field(default_factory=dict)
+
+    def user_set(self, key: str) -> bool:
+        return (self.hand is not None and self.hand.set(key)) or _under(key, self.own)
+
+    def shipped_choice(self, group: str) -> str | None:
+        """The shipped option chosen for ``group`` (None: none, or the user's own file)."""
+        option, shipped = self.choices.get(group, (None, False))
+        return option if shipped else None
+
+
+_origins: ContextVar[Origins | None] = ContextVar("art_hydra_origins", default=None)
+
+
+@contextmanager
+def tracing(origins: Origins | None) -> Iterator[None]:
+    """Check a config whose keys were set as ``origins`` says."""
+    token = _origins.set(origins)
+    try:
+        yield
+    finally:
+        _origins.reset(token)
+
+
+#: Keys and groups a sweep varies (set while its pre-flight checks the points).
+_swept: ContextVar[frozenset[str]] = ContextVar("art_hydra_swept", default=frozenset())
+
+
+@contextmanager
+def sweeping(keys: frozenset[str]) -> Iterator[None]:
+    """Check the points of a sweep that varies ``keys`` (keys and groups). A value made
+    inert by a choice the sweep varies (``algorithm=rl,sft`` with ``rl.beta=0.1``), or
+    one the sweep itself varies, is deliberate: the sweep crosses the two on purpose."""
+    token = _swept.set(keys)
+    try:
+        yield
+    finally:
+        _swept.reset(token)
+
+
+def swept_keys(task_overrides: Any) -> frozenset[str]:
+    """The keys and groups the sweep ``task_overrides`` (a master's
+    ``hydra.overrides.task``) varies."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    found = set()
+    for text in task_overrides or ():
+        try:
+            override = parser.parse_override(str(text))
+        except Exception:
+            continue
+        if override.is_sweep_override():
+            found.add(override.key_or_group.lstrip("+~"))
+    return frozenset(found)
+
+
+def _crossed(key: str, causes: tuple[str, ...]) -> bool:
+    """Whether a sweep varies ``key`` (or a mapping above it) or one of ``causes``."""
+    swept = _swept.get()
+    return bool(swept) and (_under(key, swept) or any(c in swept for c in causes))
+
+
+def _under(key: str, keys: frozenset[str]) -> bool:
+    """Whether ``key`` or a mapping above it is in ``keys``."""
+    parts = key.split(".")
+    return any(".".join(parts[: i + 1]) in keys for i in range(len(parts)))
+
+
+# ---- who set what --------------------------------------------------------------------
+
+
+def origins_of(
+    hand: Hand | None,
+    choices: Mapping[str, str],
+    load: Any,
+    primary: Any = None,
+) -> Origins:
+    """The origins of a composed config: ``choices`` (group -> option, Hydra's
+    ``hydra.runtime.choices``), ``load(group)`` the Hydra ``LoadedConfig`` of a group's
+    chosen option (None if unreadable) and ``primary`` the primary config's."""
+    own: set[str] = set()
+    chosen: dict[str, tuple[str, bool]] = {}
+    for group, option in choices.items():
+        if option is None or group.startswith("hydra/"):
+            continue
+        loaded = load(group)
+        shipped = loaded is not None and _is_shipped(loaded.path)
+        chosen[group] = (str(option), shipped)
+        if loaded is not None and not shipped:
+            own |= set(_file_leaves(loaded, group))
+    if primary is not None and not _is_shipped(primary.path):
+        own |= set(_file_leaves(primary, ""))
+    return Origins(hand, frozenset(own), chosen)
+
+
+def _is_shipped(path: Any) -> bool:
+    """Whether a config source is art_hydra's own conf/ (installed or a source checkout)."""
+    text = str(path)
+    return text == "pkg://art_hydra.conf" or text == f"file://{_conf_folder()}"
+
+
+@functools.cache
+def _conf_folder() -> str:
+    """The shipped conf/ folder: the installed ``art_hydra.conf`` package, else the
+    repository's (as composition.config_path finds it)."""
+    if importlib.util.find_spec("art_hydra.conf") is not None:
+        return str(importlib.resources.files("art_hydra.conf"))
+    return str(Path(__file__).resolve().parents[2] / "conf")
+
+
+def _file_leaves(loaded: Any, group: str) -> Iterator[str]:
+    """The leaf keys a config file sets, at their place in the run config."""
+    try:
+        content = OmegaConf.to_container(loaded.config, resolve=False)
+    except Exception:
+        return
+    if isinstance(content, dict):
+        content.pop("defaults", None)
+    package = (loaded.header or {}).get("package")
+    if package is None:
+        prefix = group.replace("/", ".")
+    else:
+        prefix = "" if package == "_global_" else package.replace("_group_", group)
+    for key, _ in _leaves(content, prefix):
+        yield key
+
+
+def _leaves(node: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(node, dict) and node:
+        for k, v in node.items():
+            if k == "defaults" and not prefix:
+                continue
+            yield from _leaves(v, f"{prefix}.{k}" if prefix else str(k))
+    elif prefix:
+        yield prefix, node
+
+
+@functools.cache
+def shipped_values() -> dict[str, tuple[Any, ...]]:
+    """Every value a shipped group file sets, by key (for a config checked without its
+    origins: a value one of them gives is not the user's)."""
+    root = Path(_conf_folder())
+    found: dict[str, list[Any]] = {}
+    for path in sorted(root.rglob("*.yaml")):
+        relative = path.relative_to(root)
+        if relative.parts[0] == "hydra" or len(relative.parts) < 2:
+            continue
+        first = path.read_text().splitlines()[:1]
+        header = first[0].split() if first and first[0].startswith("# @package") else []
+        package = header[-1] if header else ".".join(relative.parts[:-1])
+        prefix = "" if package == "_global_" else package
+        try:
+            content = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        except Exception:
+            continue
+        for key, value in _leaves(content, prefix):
+            found.setdefault(key, []).append(_plain(value))
+    return {k: tuple(v) for k, v in found.items()}
+
+
+def _plain(value: Any) -> Any:
+    """A value as YAML spells it: enums by name, containers plain (1 == 1.0 compares)."""
+    if isinstance(value, (DictConfig, ListConfig)):
+        value = OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, Enum):
+        return value.name
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def user_set(cfg: DictConfig, key: str) -> bool:
+    """Whether the user set ``key``: by the record composition made; else by the command
+    line's keys; else (a Python caller) a value neither the schema nor a shipped file gives."""
+    origins = _origins.get()
+    if origins is not None:
+        return origins.user_set(key)
+    hand = current_hand()
+    if hand is not None:
+        # A sweep's job: its pre-flight judged the point knowing what the sweep varies.
+        return hand.set(key) and not _in_a_sweep_job()
+    value = _plain(OmegaConf.select(cfg, key, throw_on_missing=False))
+    try:
+        if value == _plain(schema_default(RunConfig, key)):
+            return False
+    except (KeyError, TypeError, AttributeError):
+        pass  # a key below a free mapping (task.params.*): no schema default
+    return value not in shipped_values().get(key, ())
+
+
+def _in_a_sweep_job() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+# ---- the rules -------------------------------------------------------------------------
+
+
+def _warning(key: str, value: Any, reason: str, remedy: Any) -> Problem:
+    return Problem(key, _plain(value), reason, remedy, Kind.rule, Severity.warning)
+
+
+def _set_leaves(cfg: DictConfig, section: str) -> Iterator[tuple[str, Any]]:
+    """The leaves below ``section`` (or ``section`` itself) that the user set."""
+    node = OmegaConf.select(cfg, section, throw_on_missing=False)
+    if isinstance(node, DictConfig):
+        plain = OmegaConf.to_container(node, resolve=True)
+        leaves = list(_leaves(plain, section)) if plain else [(section, {})]
+    else:
+        leaves = [(section, node)]
+    for key, value in leaves:
+        if user_set(cfg, key):
+            yield key, value
+
+
+def _inert(
+    cfg: DictConfig,
+    sections: list[str],
+    because: str,
+    what: str,
+    remedy: Any,
+    causes: tuple[str, ...],
+) -> Iterator[Problem]:
+    """A warning for each value below ``sections`` the user set, unless a sweep crosses
+    it (or one of ``causes``, the keys and groups that make it inert) on purpose."""
+    for section in sections:
+        for key, value in _set_leaves(cfg, section):
+            if _crossed(key, causes):
+                continue
+            yield _warning(
+                key,
+                value,
+                f"is never read: {because}, so {what}. The value does nothing.",
+                remedy(key, value) if callable(remedy) else remedy,
+            )
+
+
+def _drop(key: str, value: Any) -> Any:
+    return fix(note=f"drop {key}={_plain(value)} from the command line or your config")
+
+
+@validator
+def lora_settings_under_full_finetuning(cfg: DictConfig) -> Iterator[Problem]:
+    """model.finetune=full trains every weight: no adapter, no module saved beside one."""
+    if cfg.model.finetune != FinetuneMethod.full:
+        return
+    yield from _inert(
+        cfg,
+        ["model.lora"],
+        "model.finetune=full trains every weight with no adapter",
+        "the LoRA settings (model.lora.*) are not used",
+        lambda key, value: fix({"model.finetune": "lora"}, alt=_drop(key, value)),
+        ("model.finetune", "model", "experiment"),
+    )
+
+
+@validator
+def settings_of_the_other_algorithm(cfg: DictConfig) -> Iterator[Problem]:
+    """RL reads rl.*, SFT reads sft.*; never the other's."""
+    rl = cfg.algorithm.name == AlgorithmName.rl
+    other, name = ("sft", "sft") if rl else ("rl", "rl")
+    this = "rl" if rl else "sft"
+    yield from _inert(
+        cfg,
+        [other],
+        f"algorithm={this} runs {'RL' if rl else 'supervised fine-tuning'}",
+        f"the {other}.* settings (algorithm={name}'s) are not used",
+        lambda key, value: fix({"algorithm": name}, alt=_drop(key, value)),
+        ("algorithm", "algorithm.name", "experiment"),
+    )
+
+
+@validator
+def generator_settings_with_a_file_task(cfg: DictConfig) -> Iterator[Problem]:
+    """A file task reads its examples from task.path: the generator's settings do nothing."""
+    task = cfg.task
+    if task.source == TaskSource.generated:
+        return
+    yield from _inert(
+        cfg,
+        ["task.num_examples", "task.params", "task.generator"],
+        f"task.source={task.source.name} reads every example from task.path ({task.path})",
+        "the generator's settings are not used",
+        _drop,
+        ("task", "task.source", "experiment"),
+    )
+
+
+@validator
+def lower_clip_under_cispo(cfg: DictConfig) -> Iterator[Problem]:
+    """CISPO caps the importance weight from above only (rl.epsilon_high)."""
+    if cfg.algorithm.name != AlgorithmName.rl or cfg.rl.loss_type != LossType.cispo:
+        return
+    yield from _inert(
+        cfg,
+        ["rl.epsilon"],
+        "rl.loss_type=cispo caps each token's importance weight at rl.epsilon_high only, "
+        "with no lower clip",
+        "rl.epsilon (the PPO clip's lower bound) is not used",
+        lambda key, value: fix({"rl.loss_type": "ppo_clip"}, alt=_drop(key, value)),
+        ("rl.loss_type", "experiment"),
+    )
+
+
+@validator
+def paths_that_would_be_ignored(cfg: DictConfig) -> Iterator[Problem]:
+    """A data file or model folder the run would not read is surely a mistake: the run
+    would train on the generator, or on the built-in tiny model, instead."""
+    task, model = cfg.task, cfg.model
+    if task.source == TaskSource.generated and task.path is not None:
+        yield Problem(
+            "task.path",
+            task.path,
+            f"names a data file the run never reads: task.source=generated (task="
+            f"{task.name}) trains on the generator {task.generator}, not on this file.",
+            fix({"task": "jsonl", "task.path": task.path}, "read the file"),
+        )
+    if model.source == ModelSource.tiny and looks_like_a_model_path(str(model.name)):
+        yield Problem(
+            "model.name",
+            model.name,
+            "is a path or hub id, but model.source=tiny builds the small built-in model and "
+            "reads nothing from it (model.name is only its label). Choose the pretrained "
+            "option, which loads it (and brings training settings for a real model).",
+            fix({"model": "pretrained", "model.name": model.name}),
+        )
+
+
+def looks_like_a_model_path(name: str) -> bool:
+    """A folder path or a hub id (``org/name``), not a label: a separator, a start that
+    only a path has (``~``, ``.``), or a model folder of that name right here."""
+    if "/" in name or "\\" in name or name.startswith(("~", ".")):
+        return True
+    return os.path.isfile(os.path.join(name, "config.json"))
+
+
+@validator
+def model_settings_the_source_ignores(cfg: DictConfig) -> Iterator[Problem]:
+    """model.tiny.* shapes only the built-in model; a hub revision or remote code only a
+    pretrained one."""
+    model = cfg.model
+    if model.source == ModelSource.pretrained:
+        yield from _inert(
+            cfg,
+            ["model.tiny"],
+            f"model.source=pretrained loads {model.name}",
+            "the built-in tiny model's shape (model.tiny.*) is not used",
+            _drop,
+            ("model", "model.source", "experiment"),
+        )
+        return
+    for key in ("model.revision", "model.trust_remote_code"):
+        value = OmegaConf.select(cfg, key)
+        crossed = _crossed(key, ("model", "model.source", "experiment"))
+        if value not in (None, False) and user_set(cfg, key) and not crossed:
+            yield _warning(
+                key,
+                value,
+                "is never read: model.source=tiny builds the model locally, with no hub "
+                "download and no model code. The value does nothing.",
+                _drop(key, value),
+            )
+
+
+@validator
+def tiny_settings_in_a_pretrained_run(cfg: DictConfig) -> Iterator[Problem]:
+    """model=tiny with model.source=pretrained keeps the tiny model's training settings
+    (a learning rate 100 times a LoRA one, full fine-tuning, 64 positions, a head trained
+    in full): a real model would train with settings made for a 140k-parameter toy."""
+    leaked = leaked_tiny_settings(cfg)
+    if not leaked:
+        return
+    shown = ", ".join(f"{k}={_show(v)}" for k, v in leaked)
+    name = cfg.model.name
+    yield _warning(
+        "model.source",
+        "pretrained",
+        f"trains {name} with the tiny model's settings (model=tiny): {shown}. They were "
+        "chosen for a 140k-parameter model built from scratch, not for pretrained weights.",
+        fix({"model": "pretrained", "model.name": name}, "a pretrained model's settings"),
+    )
+
+
+def leaked_tiny_settings(cfg: DictConfig) -> list[tuple[str, Any]]:
+    """The tiny option's settings a pretrained run keeps (empty: none, or not a pretrained
+    run on model=tiny), as ``(key, value)``, the ones the user set on purpose left out."""
+    if cfg.model.source != ModelSource.pretrained:
+        return []
+    origins = _origins.get()
+    if origins is not None and origins.shipped_choice("model") != TINY:
+        return []
+    leaked = [
+        (key, value)
+        for key, value in tiny_settings().items()
+        if key not in ("model.name", "model.source")
+        and _plain(OmegaConf.select(cfg, key, throw_on_missing=False)) == value
+        and not _on_purpose(key)
+    ]
+    if (origins is None and len(leaked) < 3) or not leaked:
+        return []  # without the record, only the tiny option's whole set tells
+    if not _on_purpose("model.max_seq_length"):
+        # Its positions follow the budgets (a resolver), from at least 64: the toy's room.
+        leaked.append(("model.max_seq_length", cfg.model.max_seq_length))
+    return leaked
+
+
+def _on_purpose(key: str) -> bool:
+    """Set by the command line or the user's own file (no guessing from values)."""
+    hand = current_hand()
+    origins = _origins.get()
+    if origins is not None:
+        return origins.user_set(key)
+    return hand is not None and hand.set(key)
+
+
+@functools.cache
+def tiny_settings() -> dict[str, Any]:
+    """What model=tiny (conf/model/tiny.yaml) and its training file set, by key."""
+    root = Path(_conf_folder())
+    found: dict[str, Any] = {}
+    for path in (root / "model" / f"{TINY}.yaml", root / "training" / f"{TINY}.yaml"):
+        try:
+            content = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        except Exception:
+            continue
+        for key, value in _leaves(content, ""):
+            if not (isinstance(value, str) and "${" in value):
+                found[key] = _plain(value)
+    return found
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ",".join(_show(v) for v in value) + "]"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+#: The highest learning rate that looks meant for full fine-tuning of pretrained weights;
+#: LoRA rates (1e-5 and up, the schema's default among them) are larger.
+FULL_FINETUNING_RATE = 5e-6
+
+
+@validator
+def lora_rate_under_full_finetuning(cfg: DictConfig) -> Iterator[Problem]:
+    """Full fine-tuning of pretrained weights at a rate made for LoRA adapters (the
+    schema's default, when no training file of the model sets one) overwrites what the
+    model knows within a few steps. The shipped options lower it by themselves
+    (conf/training/); a rate the user chose is theirs."""
+    model, rate = cfg.model, cfg.trainer.learning_rate
+    if model.source != ModelSource.pretrained or model.finetune != FinetuneMethod.full:
+        return
+    if leaked_tiny_settings(cfg):
+        return  # the tiny option's settings are reported as a whole
+    if rate <= FULL_FINETUNING_RATE or user_set(cfg, "trainer.learning_rate"):
+        return
+    yield _warning(
+        "trainer.learning_rate",
+        rate,
+        f"is a learning rate for LoRA adapters, and model.finetune=full trains every weight "
+        f"of {model.name}: at {rate:g} full fine-tuning overwrites much of what the model "
+        "knows; full fine-tuning of pretrained weights usually takes about 1e-6.",
+        fix({"trainer.learning_rate": 1e-6}, alt=fix({"model.finetune": "lora"})),
+    )
