@@ -203,7 +203,7 @@ def _copy(families: dict[str, Path], name: str, tmp_path: Path) -> Path:
 
 def _pretrained(folder: Path | str, *extra: str) -> list[str]:
     return [
-        "model.source=pretrained",
+        "model=pretrained",
         f"model.name={folder}",
         "model.finetune=lora",
         "model.lora.modules_to_save=[]",
