@@ -30,6 +30,7 @@ from art_hydra.config.composition import (
     compose_and_check,
     config_path,
     make_loader,
+    open_mapping_adds,
 )
 from art_hydra.config.problems import ConfigValidationError, format_report
 from art_hydra.config.store import register_configs
@@ -143,6 +144,9 @@ def main() -> None:
 def _main() -> None:
     if "--schema" in sys.argv[1:]:
         _print_schema(sys.argv[1:])
+    # '+task.params.x=1' adds a generator argument whether or not the task sets it: the
+    # same argv goes to the check and to Hydra.
+    sys.argv[1:] = open_mapping_adds(sys.argv[1:])
     args = hydra_compat.args_parser().parse_args()
     register_configs()  # also for -cp folders, which Hydra loads without importing them
     passthrough = args.help or args.hydra_help or args.cfg or args.info or args.shell_completion

@@ -17,6 +17,7 @@ import difflib
 import importlib.util
 import os
 import sys
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -389,6 +390,17 @@ def _value_override_problem(cfg: DictConfig, override: Override, exc: BaseExcept
             fix(note=f"drop the '{override.input_line}' override"),
             Kind.override,
         )
+    if override.is_add() and not override.is_force_add() and _holds(cfg, key):
+        # Hydra refuses to add a key that is already there (the defaults or a config file
+        # set it): '+' only adds, a plain override sets.
+        return Problem(
+            key,
+            value,
+            f"is already set (to {_raw(cfg, key)!s} by the defaults or a config file), and "
+            "'+' only adds a key that is not there yet.",
+            fix({key: override.get_value_element_as_str()}, "drop the '+'"),
+            Kind.override,
+        )
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) or target is None:
         if isinstance(value, dict) and isinstance(target, DictConfig):
             return Problem(
@@ -403,6 +415,39 @@ def _value_override_problem(cfg: DictConfig, override: Override, exc: BaseExcept
         return unknown_key_problem(key, value, OmegaConf.get_type(parent))
     kind = _field_type(key)
     return type_problem(key, value, kind, getattr(kind, "__name__", str(kind)))
+
+
+def _holds(cfg: DictConfig, key: str) -> bool:
+    """Whether the composed ``cfg`` has ``key`` (with any value, even ``???``)."""
+    parent_path, _, leaf = key.rpartition(".")
+    try:
+        parent = OmegaConf.select(cfg, parent_path, throw_on_missing=False) if parent_path else cfg
+    except OmegaConfBaseException:
+        return False
+    return isinstance(parent, DictConfig) and leaf in parent
+
+
+def _raw(cfg: DictConfig, key: str) -> Any:
+    """The value at ``key`` as written (an interpolation unresolved), for a report."""
+    parent_path, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_path, throw_on_missing=False) if parent_path else cfg
+    return hydra_compat.raw_value(parent, leaf)
+
+
+def open_mapping_adds(overrides: Sequence[str]) -> list[str]:
+    """``overrides`` with ``+key=value`` under an open mapping of the schema (such as
+    ``task.params``, a ``dict[str, Any]`` of the generator's arguments) written as
+    ``++key=value``: adding an argument is what the user means, whether or not the chosen
+    option already sets it (Hydra's ``+`` refuses a key that is there)."""
+    out = []
+    for text in overrides:
+        key = text[1:].partition("=")[0]
+        parent = key.rpartition(".")[0]
+        adds = text.startswith("+") and not text.startswith("++") and "=" in text
+        if adds and parent and typing.get_origin(_field_type(parent)) is dict:
+            text = "+" + text
+        out.append(text)
+    return out
 
 
 def _field_type(key: str) -> Any:
@@ -451,6 +496,7 @@ def compose(
     unsafe = config_file_problems(config_dir)
     if unsafe:
         raise ConfigValidationError(unsafe)
+    overrides = open_mapping_adds(overrides)
     result = compose_and_check(make_loader(config_dir), config_name, overrides, RunMode.RUN)
     if not result.ok:
         raise ConfigValidationError(result.problems)

@@ -25,7 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 from art_hydra.config.bounds import canonical, schema_default, type_hints
 from art_hydra.config.fields import help_of
 from art_hydra.config.hydra_compat import raw_value
-from art_hydra.config.problems import Kind, Problem, fix
+from art_hydra.config.problems import Kind, Problem, fix, placeholder
 from art_hydra.config.schema import RunConfig
 
 #: The top-level key that belongs to Hydra, not to the run.
@@ -174,7 +174,7 @@ def _missing_problem(path: str) -> Problem:
         path,
         _MISSING,
         "is mandatory and has no value." + (f" It is: {doc.rstrip('.')}." if doc else ""),
-        fix(note=f"{path}=<value>"),
+        fix({path: placeholder("value")}),
         Kind.missing,
     )
 
@@ -198,7 +198,7 @@ def _interpolation_problem(path: str, raw: Any, exc: BaseException) -> Problem:
         path,
         raw,
         reason,
-        fix(note=f"{path}=<value>, or point the interpolation at an existing key"),
+        fix({path: placeholder("value")}, "or point the interpolation at an existing key"),
         Kind.interpolation,
     )
 
@@ -227,7 +227,9 @@ def type_problem(path: str, value: Any, kind: Any, expected: str) -> Problem:
     except (KeyError, TypeError):
         default = None
     suggestion = (
-        fix({path: default}, expected) if default is not None else fix(note=f"{path}=<{expected}>")
+        fix({path: default}, expected)
+        if default is not None
+        else fix({path: placeholder(f"a value of type {expected}")})
     )
     return Problem(path, value, f"has the wrong type: expected {expected}.", suggestion, Kind.type)
 

@@ -23,11 +23,12 @@ from typing import Any
 
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from art_hydra import run_folder, run_identity
 from art_hydra.config import fields, run_files
 from art_hydra.config.composition import Composition
-from art_hydra.config.problems import Problem, fix
+from art_hydra.config.problems import Problem, fix, placeholder
 from art_hydra.config.schema import BackendName, Device
 from art_hydra.config.trust import by_hand
 from art_hydra.preflight.common import world_problem
@@ -48,8 +49,13 @@ def world_problems(
     remember_pass: bool = False,
     devices_here: bool = True,
     sweep: bool | None = None,
+    failed: frozenset[str] = frozenset(),
 ) -> list[Problem]:
     """Everything the files and the environment say about ``cfg`` (a resolved config).
+
+    ``failed``: keys that already have an error (composition reported them, and put
+    them back to their defaults, which may be ``???``); a check that reads the section
+    of one is skipped, so a mistake is reported once and never read again.
 
     With ``trust_earlier_pass`` the task, model and backend checks are skipped for a
     config that passed them earlier in this process with ``remember_pass`` (the CLI's
@@ -62,8 +68,8 @@ def world_problems(
     key = OmegaConf.to_yaml(cfg) if trust_earlier_pass or remember_pass else ""
     found: list[Problem] = []
     if not (trust_earlier_pass and key in _passed):
-        found = environment_problems(cfg, devices_here)
-        if remember_pass and not any(p.is_error for p in found):
+        found = environment_problems(cfg, devices_here, failed)
+        if remember_pass and not failed and not any(p.is_error for p in found):
             _passed.add(key)
     if run_dir is not None:
         found += folder_problems(cfg, run_dir, sweep)
@@ -72,13 +78,65 @@ def world_problems(
 
 #: The sections :func:`environment_problems` reads: two configs that agree on these get
 #: the same verdict (a sweep's pre-flight checks each distinct combination once). A check
-#: that reads another section must add it here.
-ENVIRONMENT_SECTIONS = ("task", "model", "backend", "algorithm", "rl", "sft", "seed", "strict")
+#: that reads another section must add it here, and to its entry in :data:`_READS`.
+ENVIRONMENT_SECTIONS = (
+    "task",
+    "model",
+    "backend",
+    "distributed",
+    "algorithm",
+    "rl",
+    "sft",
+    "seed",
+    "strict",
+)
+
+#: The sections each environment check reads: it is skipped when one of them holds a key
+#: with an error already (that value was put back to its default, possibly ``???``).
+_READS: dict[str, tuple[str, ...]] = {
+    "task": ("task", "model", "algorithm", "rl", "sft", "seed"),
+    "model": ("model", "task", "algorithm", "rl", "sft"),
+    "backend": ("backend", "distributed", "model"),
+}
 
 
-def environment_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem]:
-    """The task's code and data, the model's files and the backend's devices."""
-    return [*task_problems(cfg), *model_problems(cfg), *backend_problems(cfg, devices_here)]
+def _section(key: str) -> str:
+    """The top-level section of a problem's key (``task.reward._target_`` -> ``task``;
+    an override's text ``+model.name=x`` -> ``model``)."""
+    return key.lstrip("+~").partition("=")[0].partition(".")[0].partition("[")[0]
+
+
+def environment_problems(
+    cfg: DictConfig, devices_here: bool = True, failed: frozenset[str] = frozenset()
+) -> list[Problem]:
+    """The task's code and data, the model's files and the backend's devices; a check
+    that reads a section holding one of the ``failed`` keys is skipped, and a check that
+    still trips over a value it cannot read names that key (never a traceback)."""
+    flawed = {_section(k) for k in failed}
+    checks = (
+        ("task", task_problems),
+        ("model", model_problems),
+        ("backend", lambda c: backend_problems(c, devices_here)),
+    )
+    found: list[Problem] = []
+    for name, check in checks:
+        if flawed & set(_READS[name]):
+            continue
+        try:
+            found += check(cfg)
+        except OmegaConfBaseException as exc:  # a value no check could read (``???``)
+            found.append(_unreadable(exc))
+    return found
+
+
+def _unreadable(exc: OmegaConfBaseException) -> Problem:
+    key = str(getattr(exc, "full_key", "") or "config")
+    return world_problem(
+        key,
+        key,
+        f"cannot be read by the world pre-flight: {str(exc).splitlines()[0]}",
+        fix({key: placeholder("value")}),
+    )
 
 
 def folder_problems(
@@ -118,6 +176,7 @@ def add_world_problems(
             remember_pass=remember_pass,
             devices_here=devices_here,
             sweep=sweep or None,
+            failed=frozenset(failed),
         )
     result.problems += [p for p in world if p.key not in failed]
 
