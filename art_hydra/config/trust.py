@@ -258,7 +258,10 @@ def _run_config_problems(cfg: Any, hand: Hand) -> list[Problem]:
                     key,
                     path,
                     not_marked(str(path), key),
-                    fix(note=f"mark it @{ROLE_OF_KEY[key]}, or {key}={path} on the command line"),
+                    fix(
+                        {key: path},
+                        f"on the command line, if you trust it; or mark it @{ROLE_OF_KEY[key]}",
+                    ),
                 )
             )
     return found

@@ -10,6 +10,7 @@ cheap and import nothing heavy.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from omegaconf import DictConfig
 from art_hydra.config import run_files
 from art_hydra.config.fields import default
 from art_hydra.config.objective import AUTO_METRIC, logged_metrics
-from art_hydra.config.problems import Kind, Problem, Severity, fix
+from art_hydra.config.problems import Fix, Kind, Problem, Severity, fix, placeholder
 from art_hydra.config.registry import validator
 from art_hydra.config.schema import (
     AlgorithmName,
@@ -33,7 +34,12 @@ from art_hydra.config.schema import (
     ModelSource,
     TaskSource,
 )
-from art_hydra.config.targets import refusal, refused_module
+from art_hydra.config.targets import (
+    ART_HYDRA_GENERATORS,
+    ART_HYDRA_REWARDS,
+    refusal,
+    refused_module,
+)
 
 
 def _is_rl(cfg: DictConfig) -> bool:
@@ -147,13 +153,21 @@ def sequences_fit_the_model(cfg: DictConfig) -> Iterator[Problem]:
             if limit >= 2
             else None
         )
+        longer = fix({"model.max_seq_length": prompt + completion})
+        # A real model's positions end where its config says (the world pre-flight reads
+        # it): shrinking the budgets always fits; the tiny model is built to the length.
+        first, second = (
+            (longer, smaller)
+            if cfg.model.source == ModelSource.tiny or smaller is None
+            else (smaller, longer)
+        )
         yield Problem(
             "rl.max_completion_length",
             completion,
             f"rl.max_prompt_length={prompt} plus rl.max_completion_length={completion} is "
             f"{prompt + completion} tokens, longer than model.max_seq_length={limit}: rollouts "
             "would be cut or overflow the model's positions.",
-            fix({"model.max_seq_length": prompt + completion}, alt=smaller),
+            Fix(first.sets, first.note, second),
         )
     elif cfg.sft.max_length > limit:
         yield Problem(
@@ -176,7 +190,13 @@ def model_and_backend_agree(cfg: DictConfig) -> Iterator[Problem]:
             True,
             f"backend={backend.name.name} loads weights in full or half precision; 4-bit loading "
             "needs the Unsloth backend (bitsandbytes kernels on a CUDA GPU).",
-            fix({"backend": "unsloth"}, alt=fix({"model.load_in_4bit": False})),
+            fix({"backend": "unsloth"}, alt=fix({"model.load_in_4bit": False}))
+            if importlib.util.find_spec("unsloth") is not None
+            else fix(
+                {"model.load_in_4bit": False},
+                "Unsloth is not installed here",
+                alt=fix(note='pip install "art-hydra[unsloth]", then backend=unsloth'),
+            ),
         )
     if model.source == ModelSource.tiny:
         yield Problem(
@@ -226,7 +246,7 @@ def task_names_its_sources(cfg: DictConfig) -> Iterator[Problem]:
             "task.path",
             None,
             "task.source=jsonl needs the JSONL file to read.",
-            fix(note="task.path=/path/to/data.jsonl"),
+            fix({"task.path": placeholder("your JSONL file")}),
         )
     if task.source == TaskSource.generated:
         why = refusal(task.generator, "task.generator")
@@ -235,7 +255,7 @@ def task_names_its_sources(cfg: DictConfig) -> Iterator[Problem]:
                 "task.generator",
                 task.generator,
                 f"task.source=generated needs an example generator: it {why}",
-                fix({"task": "reverse"}, alt=fix(note="task.generator=my_pkg.my_module.examples")),
+                target_fix("task.generator", task.generator),
             )
     why = refusal(task.reward._target_, "task.reward._target_")
     if why is not None:
@@ -243,7 +263,7 @@ def task_names_its_sources(cfg: DictConfig) -> Iterator[Problem]:
             "task.reward._target_",
             task.reward._target_,
             f"the reward {why}",
-            fix({"task.reward._target_": "art_hydra.tasks.rewards.exact_match"}),
+            target_fix("task.reward._target_", task.reward._target_),
         )
     never = [m for m in task.allowed_modules if refused_module(str(m))]
     if never:
@@ -253,8 +273,43 @@ def task_names_its_sources(cfg: DictConfig) -> Iterator[Problem]:
             f"lists {', '.join(never)}: the standard library, libraries such as numpy or "
             "torch, and art_hydra itself can never be allowed (their functions load files, "
             "write them or start processes); list only your own modules.",
-            fix(note="task.allowed_modules=[my_pkg.my_rewards]"),
+            fix({"task.allowed_modules": [m for m in task.allowed_modules if m not in never]})
+            if len(never) < len(task.allowed_modules)
+            else fix({"task.allowed_modules": []}, "your own modules only"),
         )
+
+
+def target_fix(key: str, value: object) -> Fix:
+    """The fix for a reward or generator that may never run: art_hydra's own function of
+    the same name where there is one (``exact_match`` for a bare ``exact_match``), else
+    the user's own function, marked, in its place (a library function cannot be kept)."""
+    role = "generator" if key == "task.generator" else "reward"
+    own = ART_HYDRA_GENERATORS if role == "generator" else ART_HYDRA_REWARDS
+    name = str(value).rpartition(".")[2]
+    same = sorted(p for p in own if p.rpartition(".")[2] == name)
+    if same:
+        return fix({key: same[0]}, f"art_hydra's own {role} of that name")
+    return fix(
+        {key: placeholder(f"my_module.my_{role}: your own function, marked @{role}")},
+        f"art_hydra's own: {', '.join(sorted(own))}",
+    )
+
+
+def budget_fix(cfg: DictConfig, key: str, size: int) -> Fix:
+    """``key`` (a length budget: ``rl.max_prompt_length``, ``rl.max_completion_length`` or
+    ``sft.max_length``) raised to ``size`` in one step with ``model.max_seq_length`` where
+    the sum would no longer fit (two fixes in turn would go in a circle)."""
+    sets: dict[str, object] = {key: size}
+    if key.startswith("rl."):
+        other = (
+            "rl.max_completion_length" if key == "rl.max_prompt_length" else "rl.max_prompt_length"
+        )
+        total = size + int(cfg.rl[other.partition(".")[2]])
+    else:
+        total = size
+    if total > cfg.model.max_seq_length:
+        sets["model.max_seq_length"] = total
+    return fix(sets)
 
 
 @validator

@@ -390,6 +390,9 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
         return [
             world_problem("hydra.run.dir", str(run_dir), f"{reason}.", fix(note="a shorter path"))
         ]
+    uncreatable = creation_refusal(run_dir)
+    if uncreatable is not None:
+        return [world_problem("hydra.run.dir", str(run_dir), uncreatable, _new_folder_fix())]
     busy = busy_folder_problems(run_dir)
     if busy:
         return busy
@@ -401,7 +404,7 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
                 str(run_dir),
                 f"{unfit}. A run folder holds one run's files and nothing else: the run "
                 "writes and prunes there, and must never touch what it did not create.",
-                fix(note=_NEW_FOLDER),
+                _new_folder_fix(),
             )
         ]
     mode = run_folder.resume_mode(cfg)
@@ -422,6 +425,34 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
             )
         ]
     return _resume_problems(cfg, run_dir, True)
+
+
+def creation_refusal(folder: Path) -> str | None:
+    """Why ``folder`` (absent) could not be created, or None: the nearest folder above it
+    that exists must be a folder where a new folder can be made. Tried for real, with a
+    probe folder made and removed at once (``/proc``, ``/sys``, a read-only mount or a
+    folder without write permission refuse it even to root, where ``os.access`` says yes)."""
+    if os.path.lexists(folder):
+        return None
+    above = folder.absolute().parent
+    while not os.path.lexists(above) and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        return f"cannot be created: {above} is not a folder."
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".art_hydra-probe-", dir=above))
+    except OSError as exc:
+        return (
+            f"cannot be created: no folder can be made in {above} "
+            f"({exc.strerror or exc}); the run writes its checkpoints and records there."
+        )
+    return None
+
+
+def _new_folder_fix() -> Any:
+    return fix({"hydra.run.dir": placeholder("a new folder")})
 
 
 def _fresh_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
@@ -597,7 +628,7 @@ def _sweep_folder(value: str, reason: str, remedy: Any) -> Problem:
     return world_problem("hydra.sweep.dir", value, reason, remedy)
 
 
-_NEW_SWEEP = fix(note="hydra.sweep.dir=<a new folder>")
+_NEW_SWEEP = fix({"hydra.sweep.dir": placeholder("a new folder")})
 
 
 def sweep_folder_problems(
@@ -619,7 +650,8 @@ def sweep_folder_problems(
         return [_sweep_folder(value, f"{refusal}.", fix(note="a shorter path"))]
     kind = run_folder.entry_kind(folder)
     if kind is None:
-        return []
+        uncreatable = creation_refusal(folder)
+        return [] if uncreatable is None else [_sweep_folder(value, uncreatable, _NEW_SWEEP)]
     resolved = folder.resolve()
     if kind != "folder" or resolved in (Path(resolved.anchor), Path.home().resolve()):
         what = "is not a folder" if kind != "folder" else "is the root or home directory"

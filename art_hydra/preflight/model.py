@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from art_hydra import safe_json
-from art_hydra.config.problems import Problem, fix
+from art_hydra.config.problems import Problem, fix, placeholder
 from art_hydra.config.schema import (
     AlgorithmName,
     ModelSource,
@@ -61,7 +61,7 @@ def model_problems(cfg: DictConfig) -> list[Problem]:
             "model.name",
             name,
             f"{refusal}.",
-            fix(note="model.name=<hub id> or model.name=/path/to/a/local/model/folder"),
+            fix({"model.name": placeholder("a hub id or the path of a local model folder")}),
         )
     ]
 
@@ -77,7 +77,8 @@ def _model_problems(cfg: DictConfig, name: str) -> list[Problem]:
                     f"is not in the Hugging Face cache ({cached.parent}) and HF_HUB_OFFLINE is "
                     "set, so it cannot be downloaded.",
                     fix(
-                        note="download it once online, or model.name=/path/to/a/local/model/folder"
+                        {"model.name": placeholder("the path of a local model folder")},
+                        f"or download it once online: hf download {name}",
                     ),
                 )
             ]
@@ -91,7 +92,7 @@ def _model_problems(cfg: DictConfig, name: str) -> list[Problem]:
                 "looks like a local path, but no such folder exists"
                 + ("" if folder.is_absolute() else f" (relative to {os.getcwd()})")
                 + ".",
-                fix(note="model.name=/absolute/path/to/model/folder"),
+                fix({"model.name": placeholder("the absolute path of your model folder")}),
             )
         ]
     config_refusal = file_refusal(folder / "config.json")

@@ -12,13 +12,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from art_hydra.backends import tiny
-from art_hydra.config.problems import Problem, fix
+from art_hydra.config.problems import Problem, fix, placeholder
 from art_hydra.config.schema import (
     AlgorithmName,
     ModelSource,
     TaskSource,
 )
 from art_hydra.config.targets import ROLE_OF_KEY, NotMarkedError, TargetError
+from art_hydra.config.validators import budget_fix
 from art_hydra.preflight.common import top_p_problems, world_problem
 from art_hydra.safe_paths import file_refusal
 from art_hydra.tasks.base import data_rules, generate_examples, resolve_task_code
@@ -39,11 +40,12 @@ def _code(cfg: DictConfig, key: str) -> tuple[Any, list[Problem]]:
         role = ROLE_OF_KEY[key]
         remedy = (
             fix(
-                note=f"mark it @{role} (from art_hydra import {role}), or {key}={path} on the "
-                "command line"
+                {key: path},
+                f"on the command line, if you trust it; or mark it @{role} "
+                f"(from art_hydra import {role})",
             )
             if isinstance(cause, NotMarkedError)
-            else fix(note=f"{key}=<module.function>")
+            else fix({key: placeholder("module.function")})
         )
         return None, [world_problem(key, path, reason, remedy)]
 
@@ -157,8 +159,8 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
         key = "task.generator"
     if isinstance(stats, str):
         value = task.path if key == "task.path" else task.generator
-        remedy = "repair or remove the lines listed" if key == "task.path" else "fix the generator"
-        return [*problems, world_problem(key, value, stats, fix(note=remedy))]
+        remedy = data_remedy(stats) if key == "task.path" else fix(note="fix the generator")
+        return [*problems, world_problem(key, value, stats, remedy)]
     needed = _answer_needed_by(cfg, reward)
     if needed and stats.no_answer is not None:
         problems.append(
@@ -170,6 +172,23 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
             )
         )
     return problems + _length_problems(cfg, stats)
+
+
+#: What the scan says when the file as a whole cannot be used (no line is to blame).
+_WHOLE_FILE = {
+    "cannot be read as task data": "make the file readable by this user, or name another",
+    "reading the task data failed": "check the disk and read the file again, or name another",
+    "no examples (the file is empty)": "write one JSON object per line into it, or name another",
+}
+
+
+def data_remedy(summary: str) -> Any:
+    """The fix for a data file the scan refused, by cause: the file as a whole (unreadable,
+    failing, empty) or its lines (then the lines listed are what to repair)."""
+    for phrase, remedy in _WHOLE_FILE.items():
+        if phrase in summary:
+            return fix({"task.path": placeholder("a readable JSONL file")}, remedy)
+    return fix(note="repair or remove the lines listed (each names file:line)")
 
 
 def _generated_stats(cfg: DictConfig, generator: Any) -> DataStats | str:
@@ -217,7 +236,7 @@ def _data_file_problems(path: str) -> list[Problem]:
             "task.path",
             path,
             f"{reason}; task data is read from a regular JSONL file.",
-            fix(note="task.path=/path/to/data.jsonl"),
+            fix({"task.path": placeholder("your JSONL file")}),
         )
     ]
 
@@ -274,7 +293,7 @@ def _length_problems(cfg: DictConfig, stats: DataStats) -> list[Problem]:
                     budget,
                     f"the longest {what} ({where}) takes {size} tokens of the tiny model's "
                     f"character tokenizer, more than {key}={budget}: {consequence}",
-                    fix({key: size}),
+                    budget_fix(cfg, key, size),
                 )
             )
     if cfg.algorithm.name == AlgorithmName.rl:
