@@ -156,7 +156,12 @@ def _main() -> None:
     if not passthrough and checkable:
         checked = _precheck(args)
         if checked is not None:
-            _join_the_other_ranks(checked)
+            try:
+                _join_the_other_ranks(checked)
+            except CompactHydraException as exc:  # the ranks could not meet: a report
+                if full_error():
+                    raise
+                report_and_exit(exc)
     elif not passthrough:
         _refuse_an_unchecked_launch(str(primary))
     register_sweeper()  # after the check: Hydra's plugin scan imports every launcher

@@ -29,7 +29,7 @@ from art_hydra import run_folder, run_identity
 from art_hydra.config import fields, run_files
 from art_hydra.config.composition import Composition
 from art_hydra.config.problems import Problem, fix, placeholder
-from art_hydra.config.schema import BackendName, Device
+from art_hydra.config.schema import BackendName, Device, DistBackend
 from art_hydra.config.trust import by_hand
 from art_hydra.preflight.common import world_problem
 from art_hydra.preflight.model import model_problems
@@ -243,6 +243,7 @@ def backend_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem
                 ),
             )
         )
+    problems += _collective_problems(cfg, devices_here)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if devices_here and backend.cpu_threads is not None and cores and backend.cpu_threads > cores:
         problems.append(
@@ -256,6 +257,51 @@ def backend_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem
                     alt=fix({"backend.cpu_threads": fields.default("backend.cpu_threads")}),
                 ),
                 warning=True,
+            )
+        )
+    return problems
+
+
+#: What torch's env:// rendezvous reads besides WORLD_SIZE (torchrun and the SLURM
+#: launcher's tasks set them all).
+_RENDEZVOUS = ("RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _collective_problems(cfg: DictConfig, devices_here: bool) -> list[Problem]:
+    """The ranks the environment announces can meet: a WORLD_SIZE above 1 comes with the
+    rest of torchrun's variables, and NCCL has CUDA devices to run on."""
+    from art_hydra.config.validators import torchrun_world_size, world_size
+
+    problems: list[Problem] = []
+    ranks = torchrun_world_size() or 1
+    absent = [name for name in _RENDEZVOUS if not os.environ.get(name)]
+    if ranks > 1 and absent:
+        problems.append(
+            world_problem(
+                "distributed.world_size",
+                f"WORLD_SIZE={ranks} (environment)",
+                f"the environment says {ranks} ranks, but {', '.join(absent)} "
+                f"{'is' if len(absent) == 1 else 'are'} not set: this process was not started "
+                "by torchrun (or a SLURM task), so it cannot find the other ranks.",
+                fix(
+                    note=f"run without WORLD_SIZE (env -u WORLD_SIZE art-hydra ...), or start "
+                    f"the ranks with torchrun --nproc_per_node={ranks} -m art_hydra ..."
+                ),
+            )
+        )
+    nccl = cfg.distributed.backend == DistBackend.nccl
+    if devices_here and nccl and cfg.backend.device == Device.auto and not cuda_present():
+        # One process runs no collective: there the setting is only a trap for later.
+        alone = world_size(cfg) == 1
+        problems.append(
+            world_problem(
+                "distributed.backend",
+                "nccl",
+                "NCCL runs collectives between CUDA devices, and no CUDA GPU is visible here: "
+                "backend.device=auto trains on the CPU"
+                + (" (this run has one process, so nothing uses it yet)." if alone else "."),
+                fix({"distributed.backend": "auto"}, "gloo on the CPU, nccl on GPUs"),
+                warning=alone,
             )
         )
     return problems
