@@ -215,6 +215,36 @@ def model_and_backend_agree(cfg: DictConfig) -> Iterator[Problem]:
 
 
 @validator
+def lora_trains_each_module_one_way(cfg: DictConfig) -> Iterator[Problem]:
+    """A module is trained in full (``modules_to_save``) or through adapters
+    (``target_modules``), never both: decided here for names written in both lists; the
+    run checks the model's own modules before peft is called."""
+    model = cfg.model
+    if model.finetune != FinetuneMethod.lora:
+        return
+    saved = {str(m) for m in model.lora.modules_to_save}
+    targets = [str(t) for t in model.lora.target_modules]
+    both = [t for t in targets if t in saved]
+    if both and len(both) < len(targets):
+        yield Problem(
+            "model.lora.target_modules",
+            targets,
+            f"{', '.join(both)} {'is' if len(both) == 1 else 'are'} also in "
+            f"model.lora.modules_to_save={sorted(saved)}: a module is either trained in full "
+            "or through LoRA adapters, not both.",
+            fix({"model.lora.target_modules": [t for t in targets if t not in both]}),
+        )
+    elif both:
+        yield Problem(
+            "model.lora.modules_to_save",
+            sorted(saved),
+            f"names every target of model.lora.target_modules ({', '.join(both)}): a module "
+            "is either trained in full or through LoRA adapters, not both.",
+            fix({"model.lora.modules_to_save": sorted(saved - set(both))}),
+        )
+
+
+@validator
 def tiny_model_heads(cfg: DictConfig) -> Iterator[Problem]:
     """Rotary embeddings rotate pairs of dimensions: heads must have an even width."""
     if cfg.model.source != ModelSource.tiny:
