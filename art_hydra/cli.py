@@ -73,6 +73,7 @@ def hydra_main(cfg: DictConfig) -> Any:
 
     if adopt_submitit_tasks():
         _log_per_rank(HydraConfig.get().job.name)
+    _anchor_paths(cfg)
     try:
         hand = _job_hand()
         refused = trust_problems(cfg, hand)  # (checked before Hydra started, bar a relative -cp)
@@ -89,6 +90,37 @@ def hydra_main(cfg: DictConfig) -> Any:
         report_and_exit(exc)
     finally:
         discard_hydra_record()  # a job that never held the folder's lock leaves no record
+
+
+#: Keys that may name a file or folder given relative to the folder the command was
+#: launched from (each with the condition under which it is a path at all).
+PATH_KEYS = (("task.path", None), ("model.name", ("model.source", "pretrained")))
+
+
+def _anchor_paths(cfg: DictConfig) -> None:
+    """Under ``hydra.job.chdir=true`` Hydra runs the job inside its run folder, while the
+    pre-flight checked relative paths against the launch folder: such a path that exists
+    there is made absolute, so the job reads what was checked (a hub id, which names no
+    file there, is left as it is)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    if not hydra_cfg.job.get("chdir"):
+        return
+    launch = hydra_cfg.runtime.cwd
+    for key, when in PATH_KEYS:
+        try:
+            value = OmegaConf.select(cfg, key)
+            applies = when is None or str(OmegaConf.select(cfg, when[0])) == when[1]
+        except Exception:  # a value that does not resolve: the job's check reports it
+            continue
+        if not applies or not isinstance(value, str) or not value:
+            continue
+        if os.path.isabs(value) or value.startswith("~"):
+            continue
+        there = os.path.join(launch, value)
+        if os.path.lexists(there):
+            OmegaConf.update(cfg, key, os.path.normpath(there), merge=False)
 
 
 def _job_hand() -> Hand:
