@@ -315,6 +315,7 @@ def _diagnose(
                     fix(
                         {key[1:]: override.get_value_element_as_str()},
                         "drop the '+': the group is already in the defaults list",
+                        drops=(key[1:],),
                     )
                     if override.is_add()
                     else fix(note=f"check '{key}' and the config file it selects"),
@@ -387,7 +388,7 @@ def _value_override_problem(cfg: DictConfig, override: Override, exc: BaseExcept
             key,
             value,
             f"cannot be deleted: {_message(exc)}",
-            fix(note=f"drop the '{override.input_line}' override"),
+            fix(note=f"drop the '{override.input_line}' override", drops=(key,)),
             Kind.override,
         )
     if override.is_add() and not override.is_force_add() and _holds(cfg, key):
@@ -398,7 +399,7 @@ def _value_override_problem(cfg: DictConfig, override: Override, exc: BaseExcept
             value,
             f"is already set (to {_raw(cfg, key)!s} by the defaults or a config file), and "
             "'+' only adds a key that is not there yet.",
-            fix({key: override.get_value_element_as_str()}, "drop the '+'"),
+            fix({key: override.get_value_element_as_str()}, "drop the '+'", drops=(key,)),
             Kind.override,
         )
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) or target is None:

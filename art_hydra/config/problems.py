@@ -84,6 +84,9 @@ class Fix:
     note: str = ""
     #: Another fix that works as well.
     alt: Fix | None = None
+    #: Keys whose own overrides this fix replaces (a misspelt key, a ``+key`` or ``~key``
+    #: that cannot apply): the user's override of each is dropped, not kept beside it.
+    drops: tuple[str, ...] = ()
 
     def overrides(self) -> list[str]:
         """The fix as command-line overrides (empty when it is an instruction)."""
@@ -97,6 +100,9 @@ class Fix:
     def render(self) -> str:
         text = " ".join(self.overrides())
         note = self.note
+        replaced = [d for d in self.drops if d not in {k.lstrip("+~") for k, _ in self.sets}]
+        if replaced and self.sets and not note:
+            note = f"in place of {', '.join(replaced)}"
         if self.has_placeholder:
             note = f"{note}; replace <...>" if note else "replace <...>"
         if note:
@@ -104,9 +110,14 @@ class Fix:
         return f"{text}, or {self.alt.render()}" if self.alt is not None else text
 
 
-def fix(sets: Mapping[str, Any] | None = None, note: str = "", alt: Fix | None = None) -> Fix:
+def fix(
+    sets: Mapping[str, Any] | None = None,
+    note: str = "",
+    alt: Fix | None = None,
+    drops: tuple[str, ...] = (),
+) -> Fix:
     """Build a :class:`Fix` from a mapping of key -> value."""
-    return Fix(tuple((sets or {}).items()), note, alt)
+    return Fix(tuple((sets or {}).items()), note, alt, drops)
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ def _deleted_problem(path: str) -> Problem:
         path,
         "(deleted)",
         "is part of the schema and cannot be removed: the run reads it.",
-        fix(note=f"drop the '~{path}' override"),
+        fix(note=f"drop the '~{path}' override", drops=(path,)),
         Kind.deleted,
     )
 
@@ -258,10 +258,10 @@ def unknown_key_problem(path: str, value: Any, parent_type: Any) -> Problem:
         target = f"{parent}.{close[0]}" if parent else close[0]
         doc = help_of(parent_type, close[0])
         hint = f" Did you mean {target}?" + (f" It is: {doc}" if doc else "")
-        suggestion = fix({target: value})
+        suggestion = fix({target: value}, drops=(path,))
     else:
         hint = f" Known keys: {', '.join(names)}."
-        suggestion = fix(note=f"remove '{path}'")
+        suggestion = fix(note=f"remove '{path}'", drops=(path,))
     return Problem(
         path,
         value,

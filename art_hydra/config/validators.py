@@ -167,7 +167,7 @@ def sequences_fit_the_model(cfg: DictConfig) -> Iterator[Problem]:
             f"rl.max_prompt_length={prompt} plus rl.max_completion_length={completion} is "
             f"{prompt + completion} tokens, longer than model.max_seq_length={limit}: rollouts "
             "would be cut or overflow the model's positions.",
-            Fix(first.sets, first.note, second),
+            Fix(first.sets, first.note, second, first.drops),
         )
     elif cfg.sft.max_length > limit:
         yield Problem(

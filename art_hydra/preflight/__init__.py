@@ -28,7 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 from art_hydra import run_folder, run_identity
 from art_hydra.config import fields, run_files
 from art_hydra.config.composition import Composition
-from art_hydra.config.problems import Problem, fix, placeholder
+from art_hydra.config.problems import Placeholder, Problem, fix, placeholder
 from art_hydra.config.schema import BackendName, Device, DistBackend
 from art_hydra.config.trust import by_hand
 from art_hydra.preflight.common import world_problem
@@ -346,6 +346,12 @@ _SWEEP_WORDS = (
 )
 
 
+def _sweep_value(key: str, value: Any) -> Any:
+    if isinstance(value, Placeholder) and value == "the folder of the run to resume":
+        return placeholder("the sweep's folder")
+    return "auto" if key == "resume" and value else value
+
+
 def _sweep_fix(remedy: Any) -> Any:
     if isinstance(remedy, str):
         for old, new in _SWEEP_WORDS:
@@ -354,10 +360,10 @@ def _sweep_fix(remedy: Any) -> Any:
     if remedy is None:
         return None
     sets = tuple(
-        ("hydra.sweep.dir" if k == "hydra.run.dir" else k, "auto" if k == "resume" and v else v)
+        ("hydra.sweep.dir" if k == "hydra.run.dir" else k, _sweep_value(k, v))
         for k, v in remedy.sets
     )
-    return type(remedy)(sets, _sweep_fix(remedy.note), _sweep_fix(remedy.alt))
+    return type(remedy)(sets, _sweep_fix(remedy.note), _sweep_fix(remedy.alt), remedy.drops)
 
 
 def busy_folder_problems(run_dir: Path) -> list[Problem]:
@@ -465,7 +471,7 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
                 True,
                 f"there is no run folder {run_dir} to resume.",
                 fix(
-                    note="hydra.run.dir=<the folder of the run to resume>",
+                    {"hydra.run.dir": placeholder("the folder of the run to resume")},
                     alt=fix({"resume": "auto"}, "start the run where there is none"),
                 ),
             )
