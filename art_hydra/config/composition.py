@@ -48,6 +48,7 @@ from art_hydra.config.problems import (
     errors,
     fix,
     format_report,
+    placeholder,
     warnings_of,
 )
 from art_hydra.config.registry import run_validators
@@ -140,16 +141,63 @@ def compose_and_check(
         flagged = {p.key for p in problems}
         chosen = _group_content(loader, cfg)
         result.problems += [p for p in trust_problems(cfg, hand, chosen) if p.key not in flagged]
+    if cfg is not None and not validate:  # a sweep's master: its hydra values alone
+        try:
+            with hydra_compat.as_job(cfg, None):
+                result.problems += _hydra_value_problems(cfg, overrides)
+        except OmegaConfBaseException:  # hydra.run.dir, which no job of a sweep reads
+            result.problems += _hydra_value_problems(cfg, overrides)
     if cfg is not None and validate:
         failed = {p.key for p in result.problems}
-        with hydra_compat.as_job(cfg, job_num):
-            result.run_dir = str(cfg.hydra.runtime.output_dir)
-            resolved, found = check(cfg, in_place=True)
+        try:
+            with hydra_compat.as_job(cfg, job_num):
+                result.run_dir = str(cfg.hydra.runtime.output_dir)
+                found = _hydra_value_problems(cfg, overrides)
+                resolved, checked = check(cfg, in_place=True)
+        except OmegaConfBaseException as exc:  # the job's folder itself cannot be known
+            result.run_dir = None
+            found = [_hydra_problem(cfg, str(getattr(exc, "full_key", "") or "hydra"), exc)]
+            resolved, checked = check(cfg, in_place=True)
+        found += checked
         with open_dict(resolved):
             result.hydra = resolved.pop(HYDRA_KEY)
         result.resolved = resolved
         result.problems += [p for p in found if p.key not in failed]
     return result
+
+
+def _hydra_value_problems(cfg: DictConfig, overrides: Sequence[str]) -> list[Problem]:
+    """The ``hydra.*`` values set on the command line that Hydra could not read when it
+    runs the job (``???``, an interpolation that does not resolve): reported here, since
+    Hydra itself would stop with a traceback."""
+    found = []
+    for text in overrides:
+        key = text.lstrip("+~").partition("=")[0]
+        if not key.startswith(f"{HYDRA_KEY}.") or text.startswith("~"):
+            continue
+        try:
+            OmegaConf.select(cfg, key, throw_on_missing=True)
+        except OmegaConfBaseException as exc:
+            found.append(_hydra_problem(cfg, key, exc))
+    return found
+
+
+def _hydra_problem(cfg: DictConfig, key: str, exc: BaseException) -> Problem:
+    """A ``hydra.*`` value that cannot be read, as composition reports any other."""
+    try:
+        raw = _raw(cfg, key)
+    except Exception:
+        raw = key
+    missing = "Missing mandatory value" in str(exc)
+    return Problem(
+        key,
+        raw,
+        "is mandatory and has no value."
+        if missing
+        else f"cannot be resolved: {str(exc).strip().splitlines()[0]}",
+        fix({key: placeholder("value")}, "" if missing else "or drop the interpolation"),
+        Kind.missing if missing else Kind.interpolation,
+    )
 
 
 def _group_content(loader: ConfigLoader, cfg: DictConfig) -> Any:

@@ -146,6 +146,8 @@ def folder_problems(
     A sweep's job folders are chosen by ``hydra.sweep.dir`` (``hydra.run.dir`` is ignored)."""
     try:
         folder = run_folder_problems(cfg, Path(run_dir))
+    except OmegaConfBaseException as exc:  # a value no check could read (``???``)
+        folder = [_unreadable(exc)]
     except OSError as exc:
         reason = f"cannot be checked: {exc.strerror or exc} ({exc.filename or run_dir})."
         folder = [world_problem("hydra.run.dir", str(run_dir), reason, fix(note="another folder"))]

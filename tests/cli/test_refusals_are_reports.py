@@ -47,6 +47,9 @@ def _refused(proc: subprocess.CompletedProcess, key: str) -> str:
         ("task.generator=???", "task.generator"),
         ("task.name=???", "task.name"),
         ("backend.device=???", "backend.device"),
+        ("hydra.run.dir=???", "hydra.run.dir"),
+        ("hydra.run.dir=${oc.env:ART_HYDRA_UNSET_VARIABLE}", "hydra.run.dir"),
+        ("hydra.job.chdir=???", "hydra.job.chdir"),
     ],
 )
 def test_a_value_composition_refuses_is_reported_once(cli, override: str, key: str) -> None:
@@ -62,6 +65,10 @@ def test_a_value_composition_refuses_in_a_sweep(cli) -> None:
     out = output_of(cli("-m", "task.reward._target_=???", "seed=1,2"))
     assert "Traceback" not in out and "task.reward._target_" in out, out
     assert "No job was launched" in out
+
+
+def test_a_hydra_value_that_cannot_be_read_is_refused_before_a_sweep(cli) -> None:
+    _refused(cli("-m", "hydra.sweep.dir=???", "seed=1,2"), "hydra.sweep.dir")
 
 
 # ---- the run folder: a file, under a file, a place no folder can be made ---------------
