@@ -214,7 +214,14 @@ def type_problem(path: str, value: Any, kind: Any, expected: str) -> Problem:
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
         options = list(kind.__members__)
         folded = [o for o in options if o.lower() == str(value).lower()]
-        close = folded or difflib.get_close_matches(str(value), options, n=1, cutoff=0.0)
+        close = folded or difflib.get_close_matches(str(value), options, n=1, cutoff=0.6)
+        if not close:  # nothing like it: the default, a choice that works everywhere
+            try:
+                default = schema_default(RunConfig, path)
+            except (KeyError, TypeError):
+                default = None
+            name = getattr(default, "name", None)
+            close = [name if name in options else options[0]]
         return Problem(
             path,
             value,

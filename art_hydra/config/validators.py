@@ -10,6 +10,7 @@ cheap and import nothing heavy.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import math
 import os
@@ -319,6 +320,9 @@ def target_fix(key: str, value: object) -> Fix:
     same = sorted(p for p in own if p.rpartition(".")[2] == name)
     if same:
         return fix({key: same[0]}, f"art_hydra's own {role} of that name")
+    if str(value).startswith("art_hydra."):  # meant one of art_hydra's own: the nearest
+        near = difflib.get_close_matches(str(value), sorted(own), n=1, cutoff=0.0)
+        return fix({key: near[0]}, f"art_hydra's own {role}s: {', '.join(sorted(own))}")
     return fix(
         {key: placeholder(f"my_module.my_{role}: your own function, marked @{role}")},
         f"art_hydra's own: {', '.join(sorted(own))}",

@@ -55,7 +55,7 @@ def world_problems(
 
     ``failed``: keys that already have an error (composition reported them, and put
     them back to their defaults, which may be ``???``); a check that reads the section
-    of one is skipped, so a mistake is reported once and never read again.
+    of one left without a readable value is skipped, so it never trips over it.
 
     With ``trust_earlier_pass`` the task, model and backend checks are skipped for a
     config that passed them earlier in this process with ``remember_pass`` (the CLI's
@@ -112,7 +112,7 @@ def environment_problems(
     """The task's code and data, the model's files and the backend's devices; a check
     that reads a section holding one of the ``failed`` keys is skipped, and a check that
     still trips over a value it cannot read names that key (never a traceback)."""
-    flawed = {_section(k) for k in failed}
+    flawed = {_section(k) for k in failed if _unreadable_value(cfg, k)}
     checks = (
         ("task", task_problems),
         ("model", model_problems),
@@ -127,6 +127,21 @@ def environment_problems(
         except OmegaConfBaseException as exc:  # a value no check could read (``???``)
             found.append(_unreadable(exc))
     return found
+
+
+def _unreadable_value(cfg: DictConfig, key: str) -> bool:
+    """Whether ``key`` (a key composition refused) still holds no value a check could
+    read: ``???`` (a mandatory value put back to its default) or an interpolation that
+    does not resolve. A value refused for what it is stays readable; the problems found
+    on it again are left out of the report."""
+    key = key.lstrip("+~").partition("=")[0]
+    try:
+        value = OmegaConf.select(cfg, key, throw_on_missing=True)
+    except OmegaConfBaseException:
+        return True
+    except Exception:  # not a key at all (an override's text, a group)
+        return False
+    return isinstance(value, str) and value == "???"
 
 
 def _unreadable(exc: OmegaConfBaseException) -> Problem:
