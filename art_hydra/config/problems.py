@@ -100,9 +100,6 @@ class Fix:
     def render(self) -> str:
         text = " ".join(self.overrides())
         note = self.note
-        replaced = [d for d in self.drops if d not in {k.lstrip("+~") for k, _ in self.sets}]
-        if replaced and self.sets and not note:
-            note = f"in place of {', '.join(replaced)}"
         if self.has_placeholder:
             note = f"{note}; replace <...>" if note else "replace <...>"
         if note:
