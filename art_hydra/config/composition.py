@@ -29,7 +29,12 @@ from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException, OverrideParseException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    InterpolationToMissingValueError,
+    OmegaConfBaseException,
+)
 
 from art_hydra.config import hydra_compat
 from art_hydra.config.bounds import (
@@ -177,6 +182,8 @@ def _hydra_value_problems(cfg: DictConfig, overrides: Sequence[str]) -> list[Pro
             continue
         try:
             OmegaConf.select(cfg, key, throw_on_missing=True)
+        except InterpolationToMissingValueError:
+            continue  # it reads a value Hydra sets for each job (${hydra.job.num})
         except OmegaConfBaseException as exc:
             found.append(_hydra_problem(cfg, key, exc))
     return found
