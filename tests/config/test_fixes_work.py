@@ -147,6 +147,8 @@ CASES: dict[str, Case] = {
         ("model.source=pretrained", "model.name={tmp}/no_model"), "model.name"
     ),
     "unsloth_absent": Case(("backend=unsloth",), "backend"),
+    "generator_argument_unknown": Case(("+task.params.foo=4",), "task.generator"),
+    "generator_argument_taken": Case(("+task.params.rng=4",), "task.params.rng"),
     "run_dir_is_a_file": Case(("hydra.run.dir={tmp}/afile",), "hydra.run.dir", _a_file_as_run_dir),
     "run_dir_impossible": Case(("hydra.run.dir=/proc/art_hydra_run",), "hydra.run.dir"),
     "run_dir_not_a_run_folder": Case(("hydra.run.dir={tmp}/run",), "hydra.run.dir", _stray_run_dir),
