@@ -306,6 +306,18 @@ def _collective_problems(cfg: DictConfig, devices_here: bool) -> list[Problem]:
                 ),
             )
         )
+    for name in ("RANK", "LOCAL_RANK"):
+        value = os.environ.get(name)
+        if ranks > 1 and value and not (value.isdigit() and int(value) < ranks):
+            problems.append(
+                world_problem(
+                    "distributed.world_size",
+                    f"{name}={value} (environment)",
+                    f"is not a rank of WORLD_SIZE={ranks} (0 to {ranks - 1}): the launch "
+                    "that set it did not describe this process's place among the ranks.",
+                    fix(note=f"start the ranks with torchrun --nproc_per_node={ranks} ..."),
+                )
+            )
     nccl = cfg.distributed.backend == DistBackend.nccl
     if devices_here and nccl and cfg.backend.device == Device.auto and not cuda_present():
         # One process runs no collective: there the setting is only a trap for later.

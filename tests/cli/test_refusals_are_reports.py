@@ -93,6 +93,9 @@ def test_a_sweep_folder_that_cannot_be_created_is_refused(cli) -> None:
 def test_world_size_without_torchrun_is_refused(cli) -> None:
     out = _refused(cli(*QUICK, env={"WORLD_SIZE": "2"}), "distributed.world_size")
     assert "torchrun" in out and "RANK" in out
+    place = {"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}
+    out = _refused(cli(*QUICK, env=place), "distributed.world_size")
+    assert "RANK=2" in out
 
 
 @pytest.mark.skipif(cuda_present(), reason="NCCL is usable where a CUDA GPU is visible")
