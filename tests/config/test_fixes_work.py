@@ -143,6 +143,9 @@ CASES: dict[str, Case] = {
         instruction="the data file itself must change (its lines are listed)",
     ),
     "prompt_budget": Case((*JSONL, *FITS), "rl.max_prompt_length", _long_prompts),
+    "sft_example_budget": Case(
+        (*JSONL, "algorithm=sft", "sft.max_length=32"), "sft.max_length", _long_prompts
+    ),
     "model_folder_absent": Case(
         ("model.source=pretrained", "model.name={tmp}/no_model"), "model.name"
     ),
