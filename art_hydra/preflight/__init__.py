@@ -92,7 +92,9 @@ ENVIRONMENT_SECTIONS = (
 )
 
 #: The sections each environment check reads: it is skipped when one of them holds a key
-#: with an error already (that value was put back to its default, possibly ``???``).
+#: composition refused and left without a readable value (put back to a ``???`` default,
+#: or an interpolation that does not resolve). A new check joins ``checks`` below with
+#: its entry here.
 _READS: dict[str, tuple[str, ...]] = {
     "task": ("task", "model", "algorithm", "rl", "sft", "seed"),
     "model": ("model", "task", "algorithm", "rl", "sft"),
@@ -110,8 +112,9 @@ def environment_problems(
     cfg: DictConfig, devices_here: bool = True, failed: frozenset[str] = frozenset()
 ) -> list[Problem]:
     """The task's code and data, the model's files and the backend's devices; a check
-    that reads a section holding one of the ``failed`` keys is skipped, and a check that
-    still trips over a value it cannot read names that key (never a traceback)."""
+    that reads a section where one of the ``failed`` keys has no readable value is
+    skipped, and a check that still trips over a value it cannot read names that key
+    (never a traceback)."""
     flawed = {_section(k) for k in failed if _unreadable_value(cfg, k)}
     checks = (
         ("task", task_problems),
