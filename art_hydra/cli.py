@@ -30,6 +30,7 @@ from art_hydra.config.composition import (
     compose_and_check,
     config_path,
     make_loader,
+    open_mapping_adds,
 )
 from art_hydra.config.problems import ConfigValidationError, format_report
 from art_hydra.config.store import register_configs
@@ -72,6 +73,7 @@ def hydra_main(cfg: DictConfig) -> Any:
 
     if adopt_submitit_tasks():
         _log_per_rank(HydraConfig.get().job.name)
+    _anchor_paths(cfg)
     try:
         hand = _job_hand()
         refused = trust_problems(cfg, hand)  # (checked before Hydra started, bar a relative -cp)
@@ -88,6 +90,37 @@ def hydra_main(cfg: DictConfig) -> Any:
         report_and_exit(exc)
     finally:
         discard_hydra_record()  # a job that never held the folder's lock leaves no record
+
+
+#: Keys that may name a file or folder given relative to the folder the command was
+#: launched from (each with the condition under which it is a path at all).
+PATH_KEYS = (("task.path", None), ("model.name", ("model.source", "pretrained")))
+
+
+def _anchor_paths(cfg: DictConfig) -> None:
+    """Under ``hydra.job.chdir=true`` Hydra runs the job inside its run folder, while the
+    pre-flight checked relative paths against the launch folder: such a path that exists
+    there is made absolute, so the job reads what was checked (a hub id, which names no
+    file there, is left as it is)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    if not hydra_cfg.job.get("chdir"):
+        return
+    launch = hydra_cfg.runtime.cwd
+    for key, when in PATH_KEYS:
+        try:
+            value = OmegaConf.select(cfg, key)
+            applies = when is None or str(OmegaConf.select(cfg, when[0])) == when[1]
+        except Exception:  # a value that does not resolve: the job's check reports it
+            continue
+        if not applies or not isinstance(value, str) or not value:
+            continue
+        if os.path.isabs(value) or value.startswith("~"):
+            continue
+        there = os.path.join(launch, value)
+        if os.path.lexists(there):
+            OmegaConf.update(cfg, key, os.path.normpath(there), merge=False)
 
 
 def _job_hand() -> Hand:
@@ -157,6 +190,9 @@ def _working_folder_on_path() -> None:
 def _main() -> None:
     if "--schema" in sys.argv[1:]:
         _print_schema(sys.argv[1:])
+    # '+task.params.x=1' adds a generator argument whether or not the task sets it: the
+    # same argv goes to the check and to Hydra.
+    sys.argv[1:] = open_mapping_adds(sys.argv[1:])
     args = hydra_compat.args_parser().parse_args()
     register_configs()  # also for -cp folders, which Hydra loads without importing them
     passthrough = args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
@@ -166,7 +202,12 @@ def _main() -> None:
     if not passthrough and checkable:
         checked = _precheck(args)
         if checked is not None:
-            _join_the_other_ranks(checked)
+            try:
+                _join_the_other_ranks(checked)
+            except CompactHydraException as exc:  # the ranks could not meet: a report
+                if full_error():
+                    raise
+                report_and_exit(exc)
     elif not passthrough:
         _refuse_an_unchecked_launch(str(primary))
     register_sweeper()  # after the check: Hydra's plugin scan imports every launcher

@@ -105,9 +105,18 @@ def setup(dist_cfg: Any, device: Any) -> World:
         backend = dist_cfg.backend.value
         if backend == "auto":
             backend = "nccl" if device.type == "cuda" else "gloo"
-        if device.type == "cuda":
-            torch.cuda.set_device(world.local_rank)
-        dist.init_process_group(backend=backend, timeout=timeout)
+        try:
+            if device.type == "cuda":
+                torch.cuda.set_device(world.local_rank)
+            dist.init_process_group(backend=backend, timeout=timeout)
+        except (ValueError, RuntimeError) as exc:  # no rendezvous, no backend for the device
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RankFailure(
+                f"distributed.backend={backend}: rank {world.rank} of {world.size} could not "
+                f"join the process group ({first}). Start the ranks with torchrun (it sets "
+                "RANK, MASTER_ADDR and MASTER_PORT), and use distributed.backend=auto (gloo "
+                "on the CPU, nccl on GPUs)."
+            ) from exc
     world.control = dist.new_group(backend="gloo", timeout=timeout)
     return world
 

@@ -207,7 +207,7 @@ class PointChecker:
             with by_hand(self.hand):
                 sweep = base.composed.hydra.get("mode") == RunMode.MULTIRUN
                 world = [
-                    *self._environment(base, typed, changed),
+                    *self._environment(base, typed, changed, frozenset(failed)),
                     *folder_problems(typed, run_dir, sweep or None),
                 ]
                 world = strictly(typed, world)
@@ -244,15 +244,15 @@ class PointChecker:
         return base.trust[key]
 
     def _environment(
-        self, base: _Base, typed: DictConfig, changed: dict[str, Any]
+        self, base: _Base, typed: DictConfig, changed: dict[str, Any], failed: frozenset[str]
     ) -> list[Problem]:
         key = tuple(
             sorted(
                 (k, repr(v)) for k, v in changed.items() if k.split(".")[0] in ENVIRONMENT_SECTIONS
             )
-        )
+        ) + tuple(sorted(failed))
         if key not in base.environment:
-            base.environment[key] = environment_problems(typed, self.devices_here)
+            base.environment[key] = environment_problems(typed, self.devices_here, failed)
         return base.environment[key]
 
     def _base(self, groups: tuple[str, ...], job_num: int) -> _Base | None:

@@ -40,8 +40,33 @@ def _matches(module_name: str, target: str) -> bool:
     return module_name == target or module_name.endswith(f".{target}")
 
 
+def _wrappable() -> tuple[type, ...]:
+    """The module types peft's LoRA can wrap (its own list, in its own error message)."""
+    import torch
+
+    kinds: list[type] = [
+        torch.nn.Linear,
+        torch.nn.Embedding,
+        torch.nn.Conv1d,
+        torch.nn.Conv2d,
+        torch.nn.Conv3d,
+        torch.nn.MultiheadAttention,
+    ]
+    try:
+        from transformers.pytorch_utils import Conv1D
+
+        kinds.append(Conv1D)
+    except ImportError:  # an older transformers: peft does not know it either
+        pass
+    return tuple(kinds)
+
+
 def unmatched_names(model: Any, lora_cfg: Any) -> list[Problem]:
-    """Target and trained module names that match no module of ``model`` (run moment)."""
+    """What peft would refuse with a traceback, or do silently, as a report (run moment,
+    before peft is called): target and trained module names that match no module of
+    ``model``; targets that match only modules LoRA cannot wrap (a block such as ``mlp``
+    or ``self_attn``: its linear layers are what to name); and a module both targeted
+    and trained in full (``modules_to_save``), which peft would wrap twice."""
     import torch
 
     names = [name for name, _ in model.named_modules() if name]
@@ -52,7 +77,7 @@ def unmatched_names(model: Any, lora_cfg: Any) -> list[Problem]:
             if isinstance(module, torch.nn.Linear)
         }
     )
-    problems = []
+    problems = _unwrappable(model, lora_cfg, linear) + _both_ways(model, lora_cfg)
     for key in ("target_modules", "modules_to_save"):
         wanted = list(lora_cfg[key])
         missing = [t for t in wanted if not any(_matches(n, t) for n in names)]
@@ -70,6 +95,70 @@ def unmatched_names(model: Any, lora_cfg: Any) -> list[Problem]:
                 )
             )
     return problems
+
+
+def _unwrappable(model: Any, lora_cfg: Any, linear: list[str]) -> list[Problem]:
+    """``target_modules`` entries whose matches LoRA cannot wrap (peft raises on the first
+    such module), with the wrappable layers inside them as the fix."""
+    kinds = _wrappable()
+    modules = [(name, module) for name, module in model.named_modules() if name]
+    wanted = [str(t) for t in lora_cfg.target_modules]
+    bad: list[str] = []
+    inside: list[str] = []
+    for target in wanted:
+        matched = [(n, m) for n, m in modules if _matches(n, target)]
+        refused = [(n, m) for n, m in matched if not isinstance(m, kinds)]
+        if not refused:
+            continue
+        bad.append(f"{target} ({type(refused[0][1]).__name__})")
+        for name, _ in refused:
+            inside += [
+                n.rpartition(".")[2]
+                for n, m in modules
+                if n.startswith(f"{name}.") and isinstance(m, kinds)
+            ]
+    if not bad:
+        return []
+    kept = [t for t in wanted if not any(b.startswith(f"{t} (") for b in bad)]
+    replacement = list(dict.fromkeys([*kept, *sorted(set(inside))])) or linear
+    return [
+        Problem(
+            "model.lora.target_modules",
+            wanted,
+            f"{', '.join(bad)} {'is a block' if len(bad) == 1 else 'are blocks'} of "
+            f"{type(model).__name__}, not a layer LoRA can wrap (peft wraps Linear, Embedding, "
+            "Conv and MultiheadAttention layers); name the layers inside it.",
+            fix({"model.lora.target_modules": replacement}),
+            Kind.run,
+        )
+    ]
+
+
+def _both_ways(model: Any, lora_cfg: Any) -> list[Problem]:
+    """Modules matched by both ``target_modules`` and ``modules_to_save``."""
+    targets = [str(t) for t in lora_cfg.target_modules]
+    saved = [str(t) for t in lora_cfg.modules_to_save]
+    both = sorted(
+        {
+            target
+            for name, _ in model.named_modules()
+            for target in targets
+            if name and _matches(name, target) and any(_matches(name, s) for s in saved)
+        }
+    )
+    if not both:
+        return []
+    return [
+        Problem(
+            "model.lora.target_modules",
+            targets,
+            f"{', '.join(both)} {'is' if len(both) == 1 else 'are'} also in "
+            f"model.lora.modules_to_save={saved}: a module is either trained in full "
+            "(modules_to_save) or through LoRA adapters (target_modules), not both.",
+            fix({"model.lora.target_modules": [t for t in targets if t not in both]}),
+            Kind.run,
+        )
+    ]
 
 
 def add_lora(model: Any, lora_cfg: Any, seed: int) -> Any:

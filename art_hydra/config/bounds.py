@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from art_hydra.config.problems import Kind, Problem, Severity, fix
+from art_hydra.config.problems import Kind, Problem, Severity, fix, placeholder
 
 #: The smallest positive normal float32 and the largest float32.
 FLOAT32_TINY = 1.1754943508222875e-38
@@ -185,7 +185,7 @@ def _float_problem(path: str, value: float, bound: Bound | None, default: Any) -
 
 def _fix(path: str, default: Any) -> Any:
     if default is MISSING:
-        return fix(note=f"{path}=<value>")
+        return fix({path: placeholder("value")})
     return fix({path: default}, "the default")
 
 

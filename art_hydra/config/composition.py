@@ -17,6 +17,7 @@ import difflib
 import importlib.util
 import os
 import sys
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,12 @@ from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException, OverrideParseException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    InterpolationToMissingValueError,
+    OmegaConfBaseException,
+)
 
 from art_hydra.config import hydra_compat, inert  # inert: also registers its rules
 from art_hydra.config.bounds import (
@@ -47,6 +53,7 @@ from art_hydra.config.problems import (
     errors,
     fix,
     format_report,
+    placeholder,
     warnings_of,
 )
 from art_hydra.config.registry import run_validators
@@ -139,20 +146,70 @@ def compose_and_check(
         flagged = {p.key for p in problems}
         chosen = _group_content(loader, cfg)
         result.problems += [p for p in trust_problems(cfg, hand, chosen) if p.key not in flagged]
+    if cfg is not None and not validate:  # a sweep's master: its hydra values alone
+        try:
+            with hydra_compat.as_job(cfg, None):
+                result.problems += _hydra_value_problems(cfg, overrides)
+        except OmegaConfBaseException:  # hydra.run.dir, which no job of a sweep reads
+            result.problems += _hydra_value_problems(cfg, overrides)
     if cfg is not None and validate:
         failed = {p.key for p in result.problems}
         # Who set what, for the checks of settings the run never reads (config/inert.py).
         origins = inert.origins_of(
             hand, chosen.choices, chosen.loaded, _primary(loader, config_name)
         )
-        with hydra_compat.as_job(cfg, job_num), inert.tracing(origins):
-            result.run_dir = str(cfg.hydra.runtime.output_dir)
-            resolved, found = check(cfg, in_place=True)
+        try:
+            with hydra_compat.as_job(cfg, job_num), inert.tracing(origins):
+                result.run_dir = str(cfg.hydra.runtime.output_dir)
+                found = _hydra_value_problems(cfg, overrides)
+                resolved, checked = check(cfg, in_place=True)
+        except OmegaConfBaseException as exc:  # the job's folder itself cannot be known
+            result.run_dir = None
+            found = [_hydra_problem(cfg, str(getattr(exc, "full_key", "") or "hydra"), exc)]
+            with inert.tracing(origins):
+                resolved, checked = check(cfg, in_place=True)
+        found += checked
         with open_dict(resolved):
             result.hydra = resolved.pop(HYDRA_KEY)
         result.resolved = resolved
         result.problems += [p for p in found if p.key not in failed]
     return result
+
+
+def _hydra_value_problems(cfg: DictConfig, overrides: Sequence[str]) -> list[Problem]:
+    """The ``hydra.*`` values set on the command line that Hydra could not read when it
+    runs the job (``???``, an interpolation that does not resolve): reported here, since
+    Hydra itself would stop with a traceback."""
+    found = []
+    for text in overrides:
+        key = text.lstrip("+~").partition("=")[0]
+        if not key.startswith(f"{HYDRA_KEY}.") or text.startswith("~"):
+            continue
+        try:
+            OmegaConf.select(cfg, key, throw_on_missing=True)
+        except InterpolationToMissingValueError:
+            continue  # it reads a value Hydra sets for each job (${hydra.job.num})
+        except OmegaConfBaseException as exc:
+            found.append(_hydra_problem(cfg, key, exc))
+    return found
+
+
+def _hydra_problem(cfg: DictConfig, key: str, exc: BaseException) -> Problem:
+    """A ``hydra.*`` value that cannot be read, as composition reports any other."""
+    try:
+        raw = _raw(cfg, key)
+    except Exception:
+        raw = key
+    missing = "Missing mandatory value" in str(exc)
+    return Problem(
+        key,
+        raw,
+        "is mandatory and has no value."
+        if missing
+        else f"cannot be resolved: {str(exc).strip().splitlines()[0]}",
+        fix({key: placeholder("value")}, "" if missing else "or drop the interpolation"),
+        Kind.missing if missing else Kind.interpolation,
+    )
 
 
 def _group_content(loader: ConfigLoader, cfg: DictConfig) -> Any:
@@ -332,6 +389,7 @@ def _diagnose(
                     fix(
                         {key[1:]: override.get_value_element_as_str()},
                         "drop the '+': the group is already in the defaults list",
+                        drops=(key[1:],),
                     )
                     if override.is_add()
                     else fix(note=f"check '{key}' and the config file it selects"),
@@ -404,7 +462,18 @@ def _value_override_problem(cfg: DictConfig, override: Override, exc: BaseExcept
             key,
             value,
             f"cannot be deleted: {_message(exc)}",
-            fix(note=f"drop the '{override.input_line}' override"),
+            fix(note=f"drop the '{override.input_line}' override", drops=(key,)),
+            Kind.override,
+        )
+    if override.is_add() and not override.is_force_add() and _holds(cfg, key):
+        # Hydra refuses to add a key that is already there (the defaults or a config file
+        # set it): '+' only adds, a plain override sets.
+        return Problem(
+            key,
+            value,
+            f"is already set (to {_raw(cfg, key)!s} by the defaults or a config file), and "
+            "'+' only adds a key that is not there yet.",
+            fix({key: override.get_value_element_as_str()}, "drop the '+'", drops=(key,)),
             Kind.override,
         )
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) or target is None:
@@ -421,6 +490,39 @@ def _value_override_problem(cfg: DictConfig, override: Override, exc: BaseExcept
         return unknown_key_problem(key, value, OmegaConf.get_type(parent))
     kind = _field_type(key)
     return type_problem(key, value, kind, getattr(kind, "__name__", str(kind)))
+
+
+def _holds(cfg: DictConfig, key: str) -> bool:
+    """Whether the composed ``cfg`` has ``key`` (with any value, even ``???``)."""
+    parent_path, _, leaf = key.rpartition(".")
+    try:
+        parent = OmegaConf.select(cfg, parent_path, throw_on_missing=False) if parent_path else cfg
+    except OmegaConfBaseException:
+        return False
+    return isinstance(parent, DictConfig) and leaf in parent
+
+
+def _raw(cfg: DictConfig, key: str) -> Any:
+    """The value at ``key`` as written (an interpolation unresolved), for a report."""
+    parent_path, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_path, throw_on_missing=False) if parent_path else cfg
+    return hydra_compat.raw_value(parent, leaf)
+
+
+def open_mapping_adds(overrides: Sequence[str]) -> list[str]:
+    """``overrides`` with ``+key=value`` under an open mapping of the schema (such as
+    ``task.params``, a ``dict[str, Any]`` of the generator's arguments) written as
+    ``++key=value``: adding an argument is what the user means, whether or not the chosen
+    option already sets it (Hydra's ``+`` refuses a key that is there)."""
+    out = []
+    for text in overrides:
+        key = text[1:].partition("=")[0]
+        parent = key.rpartition(".")[0]
+        adds = text.startswith("+") and not text.startswith("++") and "=" in text
+        if adds and parent and typing.get_origin(_field_type(parent)) is dict:
+            text = "+" + text
+        out.append(text)
+    return out
 
 
 def _field_type(key: str) -> Any:
@@ -469,6 +571,7 @@ def compose(
     unsafe = config_file_problems(config_dir)
     if unsafe:
         raise ConfigValidationError(unsafe)
+    overrides = open_mapping_adds(overrides)
     result = compose_and_check(make_loader(config_dir), config_name, overrides, RunMode.RUN)
     if not result.ok:
         raise ConfigValidationError(result.problems)

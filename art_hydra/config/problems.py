@@ -43,8 +43,24 @@ class Kind(Enum):
     plugin = "plugin"  # a validator plugin that failed to import or crashed
 
 
+class Placeholder(str):
+    """A value only the user can supply (the path of their model folder, a value of their
+    choice), marked as such: a fix holding one is not applied literally, and its report
+    says to replace the ``<...>``. Its text says what belongs there."""
+
+    def __repr__(self) -> str:
+        return f"<{self!s}>"
+
+
+def placeholder(what: str) -> Placeholder:
+    """A :class:`Placeholder` describing what the user puts there (``"value"``)."""
+    return Placeholder(what)
+
+
 def override_value(value: Any) -> str:
-    """A value as a Hydra command-line override spells it."""
+    """A value as a Hydra command-line override spells it (a placeholder as ``<...>``)."""
+    if isinstance(value, Placeholder):
+        return f"<{value}>"
     if isinstance(value, bool):
         return str(value).lower()
     if value is None:
@@ -68,21 +84,37 @@ class Fix:
     note: str = ""
     #: Another fix that works as well.
     alt: Fix | None = None
+    #: Keys whose own overrides this fix replaces (a misspelt key, a ``+key`` or ``~key``
+    #: that cannot apply): the user's override of each is dropped, not kept beside it.
+    drops: tuple[str, ...] = ()
 
     def overrides(self) -> list[str]:
         """The fix as command-line overrides (empty when it is an instruction)."""
         return [f"{key}={override_value(value)}" for key, value in self.sets]
 
+    @property
+    def has_placeholder(self) -> bool:
+        """Whether a value must be replaced by the user's own (never applied literally)."""
+        return any(isinstance(value, Placeholder) for _, value in self.sets)
+
     def render(self) -> str:
         text = " ".join(self.overrides())
-        if self.note:
-            text = f"{text} ({self.note})" if text else self.note
+        note = self.note
+        if self.has_placeholder:
+            note = f"{note}; replace <...>" if note else "replace <...>"
+        if note:
+            text = f"{text} ({note})" if text else note
         return f"{text}, or {self.alt.render()}" if self.alt is not None else text
 
 
-def fix(sets: Mapping[str, Any] | None = None, note: str = "", alt: Fix | None = None) -> Fix:
+def fix(
+    sets: Mapping[str, Any] | None = None,
+    note: str = "",
+    alt: Fix | None = None,
+    drops: tuple[str, ...] = (),
+) -> Fix:
     """Build a :class:`Fix` from a mapping of key -> value."""
-    return Fix(tuple((sets or {}).items()), note, alt)
+    return Fix(tuple((sets or {}).items()), note, alt, drops)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 from art_hydra.config.bounds import canonical, schema_default, type_hints
 from art_hydra.config.fields import help_of
 from art_hydra.config.hydra_compat import raw_value
-from art_hydra.config.problems import Kind, Problem, fix
+from art_hydra.config.problems import Kind, Problem, fix, placeholder
 from art_hydra.config.schema import RunConfig
 
 #: The top-level key that belongs to Hydra, not to the run.
@@ -92,7 +92,7 @@ def _deleted_problem(path: str) -> Problem:
         path,
         "(deleted)",
         "is part of the schema and cannot be removed: the run reads it.",
-        fix(note=f"drop the '~{path}' override"),
+        fix(note=f"drop the '~{path}' override", drops=(path,)),
         Kind.deleted,
     )
 
@@ -174,7 +174,7 @@ def _missing_problem(path: str) -> Problem:
         path,
         _MISSING,
         "is mandatory and has no value." + (f" It is: {doc.rstrip('.')}." if doc else ""),
-        fix(note=f"{path}=<value>"),
+        fix({path: placeholder("value")}),
         Kind.missing,
     )
 
@@ -198,7 +198,7 @@ def _interpolation_problem(path: str, raw: Any, exc: BaseException) -> Problem:
         path,
         raw,
         reason,
-        fix(note=f"{path}=<value>, or point the interpolation at an existing key"),
+        fix({path: placeholder("value")}, "or point the interpolation at an existing key"),
         Kind.interpolation,
     )
 
@@ -214,7 +214,14 @@ def type_problem(path: str, value: Any, kind: Any, expected: str) -> Problem:
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
         options = list(kind.__members__)
         folded = [o for o in options if o.lower() == str(value).lower()]
-        close = folded or difflib.get_close_matches(str(value), options, n=1, cutoff=0.0)
+        close = folded or difflib.get_close_matches(str(value), options, n=1, cutoff=0.6)
+        if not close:  # nothing like it: the default, a choice that works everywhere
+            try:
+                default = schema_default(RunConfig, path)
+            except (KeyError, TypeError):
+                default = None
+            name = getattr(default, "name", None)
+            close = [name if name in options else options[0]]
         return Problem(
             path,
             value,
@@ -227,7 +234,9 @@ def type_problem(path: str, value: Any, kind: Any, expected: str) -> Problem:
     except (KeyError, TypeError):
         default = None
     suggestion = (
-        fix({path: default}, expected) if default is not None else fix(note=f"{path}=<{expected}>")
+        fix({path: default}, expected)
+        if default is not None
+        else fix({path: placeholder(f"a value of type {expected}")})
     )
     return Problem(path, value, f"has the wrong type: expected {expected}.", suggestion, Kind.type)
 
@@ -256,10 +265,10 @@ def unknown_key_problem(path: str, value: Any, parent_type: Any) -> Problem:
         target = f"{parent}.{close[0]}" if parent else close[0]
         doc = help_of(parent_type, close[0])
         hint = f" Did you mean {target}?" + (f" It is: {doc}" if doc else "")
-        suggestion = fix({target: value})
+        suggestion = fix({target: value}, drops=(path,))
     else:
         hint = f" Known keys: {', '.join(names)}."
-        suggestion = fix(note=f"remove '{path}'")
+        suggestion = fix(note=f"remove '{path}'", drops=(path,))
     return Problem(
         path,
         value,

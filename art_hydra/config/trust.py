@@ -259,7 +259,10 @@ def _run_config_problems(cfg: Any, hand: Hand) -> list[Problem]:
                     key,
                     path,
                     not_marked(str(path), key),
-                    fix(note=f"mark it @{key_role(key)}, or {key}={path} on the command line"),
+                    fix(
+                        {key: path},
+                        f"on the command line, if you trust it; or mark it @{key_role(key)}",
+                    ),
                 )
             )
     return found

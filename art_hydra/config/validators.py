@@ -10,6 +10,8 @@ cheap and import nothing heavy.
 
 from __future__ import annotations
 
+import difflib
+import importlib.util
 import math
 import os
 import re
@@ -22,7 +24,7 @@ from omegaconf import DictConfig
 from art_hydra.config import run_files
 from art_hydra.config.fields import default
 from art_hydra.config.objective import AUTO_METRIC, logged_metrics
-from art_hydra.config.problems import Kind, Problem, Severity, fix
+from art_hydra.config.problems import Fix, Kind, Problem, Severity, fix, placeholder
 from art_hydra.config.registry import validator
 from art_hydra.config.schema import (
     AlgorithmName,
@@ -34,7 +36,12 @@ from art_hydra.config.schema import (
     ModelSource,
     TaskSource,
 )
-from art_hydra.config.targets import refusal, refused_module
+from art_hydra.config.targets import (
+    ART_HYDRA_GENERATORS,
+    ART_HYDRA_REWARDS,
+    refusal,
+    refused_module,
+)
 
 
 def _is_rl(cfg: DictConfig) -> bool:
@@ -148,13 +155,21 @@ def sequences_fit_the_model(cfg: DictConfig) -> Iterator[Problem]:
             if limit >= 2
             else None
         )
+        longer = fix({"model.max_seq_length": prompt + completion})
+        # A real model's positions end where its config says (the world pre-flight reads
+        # it): shrinking the budgets always fits; the tiny model is built to the length.
+        first, second = (
+            (longer, smaller)
+            if cfg.model.source == ModelSource.tiny or smaller is None
+            else (smaller, longer)
+        )
         yield Problem(
             "rl.max_completion_length",
             completion,
             f"rl.max_prompt_length={prompt} plus rl.max_completion_length={completion} is "
             f"{prompt + completion} tokens, longer than model.max_seq_length={limit}: rollouts "
             "would be cut or overflow the model's positions.",
-            fix({"model.max_seq_length": prompt + completion}, alt=smaller),
+            Fix(first.sets, first.note, second, first.drops),
         )
     elif cfg.sft.max_length > limit:
         yield Problem(
@@ -177,7 +192,13 @@ def model_and_backend_agree(cfg: DictConfig) -> Iterator[Problem]:
             True,
             f"backend={backend.name.name} loads weights in full or half precision; 4-bit loading "
             "needs the Unsloth backend (bitsandbytes kernels on a CUDA GPU).",
-            fix({"backend": "unsloth"}, alt=fix({"model.load_in_4bit": False})),
+            fix({"backend": "unsloth"}, alt=fix({"model.load_in_4bit": False}))
+            if importlib.util.find_spec("unsloth") is not None
+            else fix(
+                {"model.load_in_4bit": False},
+                "Unsloth is not installed here",
+                alt=fix(note='pip install "art-hydra[unsloth]", then backend=unsloth'),
+            ),
         )
     if model.source == ModelSource.tiny:
         yield Problem(
@@ -192,6 +213,36 @@ def model_and_backend_agree(cfg: DictConfig) -> Iterator[Problem]:
             True,
             "4-bit weights are frozen; full fine-tuning needs trainable full-precision weights.",
             fix({"model.finetune": "lora"}, alt=fix({"model.load_in_4bit": False})),
+        )
+
+
+@validator
+def lora_trains_each_module_one_way(cfg: DictConfig) -> Iterator[Problem]:
+    """A module is trained in full (``modules_to_save``) or through adapters
+    (``target_modules``), never both: decided here for names written in both lists; the
+    run checks the model's own modules before peft is called."""
+    model = cfg.model
+    if model.finetune != FinetuneMethod.lora:
+        return
+    saved = {str(m) for m in model.lora.modules_to_save}
+    targets = [str(t) for t in model.lora.target_modules]
+    both = [t for t in targets if t in saved]
+    if both and len(both) < len(targets):
+        yield Problem(
+            "model.lora.target_modules",
+            targets,
+            f"{', '.join(both)} {'is' if len(both) == 1 else 'are'} also in "
+            f"model.lora.modules_to_save={sorted(saved)}: a module is either trained in full "
+            "or through LoRA adapters, not both.",
+            fix({"model.lora.target_modules": [t for t in targets if t not in both]}),
+        )
+    elif both:
+        yield Problem(
+            "model.lora.modules_to_save",
+            sorted(saved),
+            f"names every target of model.lora.target_modules ({', '.join(both)}): a module "
+            "is either trained in full or through LoRA adapters, not both.",
+            fix({"model.lora.modules_to_save": sorted(saved - set(both))}),
         )
 
 
@@ -229,7 +280,13 @@ def task_names_its_sources(cfg: DictConfig) -> Iterator[Problem]:
             None,
             f"task.source={task.source.value} needs the "
             + ("JSONL file to read." if jsonl else "data to read (a file, a folder or a hub id)."),
-            fix(note="task.path=/path/to/data." + ("jsonl" if jsonl else "parquet")),
+            fix(
+                {
+                    "task.path": placeholder(
+                        "your JSONL file" if jsonl else "your data file, folder or hub dataset id"
+                    )
+                }
+            ),
         )
     if task.source == TaskSource.generated:
         why = refusal(task.generator, "task.generator")
@@ -238,7 +295,7 @@ def task_names_its_sources(cfg: DictConfig) -> Iterator[Problem]:
                 "task.generator",
                 task.generator,
                 f"task.source=generated needs an example generator: it {why}",
-                fix({"task": "reverse"}, alt=fix(note="task.generator=my_pkg.my_module.examples")),
+                target_fix("task.generator", task.generator),
             )
     why = refusal(task.reward._target_, "task.reward._target_")
     if why is not None:
@@ -246,7 +303,7 @@ def task_names_its_sources(cfg: DictConfig) -> Iterator[Problem]:
             "task.reward._target_",
             task.reward._target_,
             f"the reward {why}",
-            fix({"task.reward._target_": "art_hydra.tasks.rewards.exact_match"}),
+            target_fix("task.reward._target_", task.reward._target_),
         )
     for i, entry in enumerate(task.rewards):
         key = f"task.rewards.{i}._target_"
@@ -256,7 +313,7 @@ def task_names_its_sources(cfg: DictConfig) -> Iterator[Problem]:
                 key,
                 entry._target_,
                 f"the reward {why}",
-                fix(note=f"{key}=my_pkg.my_rewards.score (a function of your own)"),
+                target_fix(key, entry._target_),
             )
     never = [m for m in task.allowed_modules if refused_module(str(m))]
     if never:
@@ -266,7 +323,9 @@ def task_names_its_sources(cfg: DictConfig) -> Iterator[Problem]:
             f"lists {', '.join(never)}: the standard library, libraries such as numpy or "
             "torch, and art_hydra itself can never be allowed (their functions load files, "
             "write them or start processes); list only your own modules.",
-            fix(note="task.allowed_modules=[my_pkg.my_rewards]"),
+            fix({"task.allowed_modules": [m for m in task.allowed_modules if m not in never]})
+            if len(never) < len(task.allowed_modules)
+            else fix({"task.allowed_modules": []}, "your own modules only"),
         )
 
 
@@ -326,6 +385,42 @@ def rewards_are_weighed_and_named(cfg: DictConfig) -> Iterator[Problem]:
             "the loss and its gradient stay 0 forever.",
             fix({"task.rewards.0.weight": 1.0}),
         )
+
+
+def target_fix(key: str, value: object) -> Fix:
+    """The fix for a reward or generator that may never run: art_hydra's own function of
+    the same name where there is one (``exact_match`` for a bare ``exact_match``), else
+    the user's own function, marked, in its place (a library function cannot be kept)."""
+    role = "generator" if key == "task.generator" else "reward"
+    own = ART_HYDRA_GENERATORS if role == "generator" else ART_HYDRA_REWARDS
+    name = str(value).rpartition(".")[2]
+    same = sorted(p for p in own if p.rpartition(".")[2] == name)
+    if same:
+        return fix({key: same[0]}, f"art_hydra's own {role} of that name")
+    if str(value).startswith("art_hydra."):  # meant one of art_hydra's own: the nearest
+        near = difflib.get_close_matches(str(value), sorted(own), n=1, cutoff=0.0)
+        return fix({key: near[0]}, f"art_hydra's own {role}s: {', '.join(sorted(own))}")
+    return fix(
+        {key: placeholder(f"my_module.my_{role}: your own function, marked @{role}")},
+        f"art_hydra's own: {', '.join(sorted(own))}",
+    )
+
+
+def budget_fix(cfg: DictConfig, key: str, size: int) -> Fix:
+    """``key`` (a length budget: ``rl.max_prompt_length``, ``rl.max_completion_length`` or
+    ``sft.max_length``) raised to ``size`` in one step with ``model.max_seq_length`` where
+    the sum would no longer fit (two fixes in turn would go in a circle)."""
+    sets: dict[str, object] = {key: size}
+    if key.startswith("rl."):
+        other = (
+            "rl.max_completion_length" if key == "rl.max_prompt_length" else "rl.max_prompt_length"
+        )
+        total = size + int(cfg.rl[other.partition(".")[2]])
+    else:
+        total = size
+    if total > cfg.model.max_seq_length:
+        sets["model.max_seq_length"] = total
+    return fix(sets)
 
 
 @validator

@@ -23,12 +23,13 @@ from typing import Any
 
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from art_hydra import run_folder, run_identity
 from art_hydra.config import fields, run_files
 from art_hydra.config.composition import Composition
-from art_hydra.config.problems import Problem, fix
-from art_hydra.config.schema import BackendName, Device
+from art_hydra.config.problems import Placeholder, Problem, fix, placeholder
+from art_hydra.config.schema import BackendName, Device, DistBackend
 from art_hydra.config.trust import by_hand
 from art_hydra.preflight.common import world_problem
 from art_hydra.preflight.model import model_problems
@@ -48,8 +49,13 @@ def world_problems(
     remember_pass: bool = False,
     devices_here: bool = True,
     sweep: bool | None = None,
+    failed: frozenset[str] = frozenset(),
 ) -> list[Problem]:
     """Everything the files and the environment say about ``cfg`` (a resolved config).
+
+    ``failed``: keys that already have an error (composition reported them, and put
+    them back to their defaults, which may be ``???``); a check that reads the section
+    of one left without a readable value is skipped, so it never trips over it.
 
     With ``trust_earlier_pass`` the task, model and backend checks are skipped for a
     config that passed them earlier in this process with ``remember_pass`` (the CLI's
@@ -62,8 +68,8 @@ def world_problems(
     key = OmegaConf.to_yaml(cfg) if trust_earlier_pass or remember_pass else ""
     found: list[Problem] = []
     if not (trust_earlier_pass and key in _passed):
-        found = environment_problems(cfg, devices_here)
-        if remember_pass and not any(p.is_error for p in found):
+        found = environment_problems(cfg, devices_here, failed)
+        if remember_pass and not failed and not any(p.is_error for p in found):
             _passed.add(key)
     if run_dir is not None:
         found += folder_problems(cfg, run_dir, sweep)
@@ -72,13 +78,83 @@ def world_problems(
 
 #: The sections :func:`environment_problems` reads: two configs that agree on these get
 #: the same verdict (a sweep's pre-flight checks each distinct combination once). A check
-#: that reads another section must add it here.
-ENVIRONMENT_SECTIONS = ("task", "model", "backend", "algorithm", "rl", "sft", "seed", "strict")
+#: that reads another section must add it here, and to its entry in :data:`_READS`.
+ENVIRONMENT_SECTIONS = (
+    "task",
+    "model",
+    "backend",
+    "distributed",
+    "algorithm",
+    "rl",
+    "sft",
+    "seed",
+    "strict",
+)
+
+#: The sections each environment check reads: it is skipped when one of them holds a key
+#: composition refused and left without a readable value (put back to a ``???`` default,
+#: or an interpolation that does not resolve). A new check joins ``checks`` below with
+#: its entry here.
+_READS: dict[str, tuple[str, ...]] = {
+    "task": ("task", "model", "algorithm", "rl", "sft", "seed"),
+    "model": ("model", "task", "algorithm", "rl", "sft"),
+    "backend": ("backend", "distributed", "model"),
+}
 
 
-def environment_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem]:
-    """The task's code and data, the model's files and the backend's devices."""
-    return [*task_problems(cfg), *model_problems(cfg), *backend_problems(cfg, devices_here)]
+def _section(key: str) -> str:
+    """The top-level section of a problem's key (``task.reward._target_`` -> ``task``;
+    an override's text ``+model.name=x`` -> ``model``)."""
+    return key.lstrip("+~").partition("=")[0].partition(".")[0].partition("[")[0]
+
+
+def environment_problems(
+    cfg: DictConfig, devices_here: bool = True, failed: frozenset[str] = frozenset()
+) -> list[Problem]:
+    """The task's code and data, the model's files and the backend's devices; a check
+    that reads a section where one of the ``failed`` keys has no readable value is
+    skipped, and a check that still trips over a value it cannot read names that key
+    (never a traceback)."""
+    flawed = {_section(k) for k in failed if _unreadable_value(cfg, k)}
+    checks = (
+        ("task", task_problems),
+        ("model", model_problems),
+        ("backend", lambda c: backend_problems(c, devices_here)),
+    )
+    found: list[Problem] = []
+    for name, check in checks:
+        if flawed & set(_READS[name]):
+            continue
+        try:
+            found += check(cfg)
+        except OmegaConfBaseException as exc:  # a value no check could read (``???``)
+            found.append(_unreadable(exc))
+    return found
+
+
+def _unreadable_value(cfg: DictConfig, key: str) -> bool:
+    """Whether ``key`` (a key composition refused) still holds no value a check could
+    read: ``???`` (a mandatory value put back to its default) or an interpolation that
+    does not resolve. A value refused for what it is stays readable; the problems found
+    on it again are left out of the report."""
+    key = key.lstrip("+~").partition("=")[0]
+    try:
+        value = OmegaConf.select(cfg, key, throw_on_missing=True)
+    except OmegaConfBaseException:
+        return True
+    except Exception:  # not a key at all (an override's text, a group)
+        return False
+    return isinstance(value, str) and value == "???"
+
+
+def _unreadable(exc: OmegaConfBaseException) -> Problem:
+    key = str(getattr(exc, "full_key", "") or "config")
+    return world_problem(
+        key,
+        key,
+        f"cannot be read by the world pre-flight: {str(exc).splitlines()[0]}",
+        fix({key: placeholder("value")}),
+    )
 
 
 def folder_problems(
@@ -88,6 +164,8 @@ def folder_problems(
     A sweep's job folders are chosen by ``hydra.sweep.dir`` (``hydra.run.dir`` is ignored)."""
     try:
         folder = run_folder_problems(cfg, Path(run_dir))
+    except OmegaConfBaseException as exc:  # a value no check could read (``???``)
+        folder = [_unreadable(exc)]
     except OSError as exc:
         reason = f"cannot be checked: {exc.strerror or exc} ({exc.filename or run_dir})."
         folder = [world_problem("hydra.run.dir", str(run_dir), reason, fix(note="another folder"))]
@@ -118,6 +196,7 @@ def add_world_problems(
             remember_pass=remember_pass,
             devices_here=devices_here,
             sweep=sweep or None,
+            failed=frozenset(failed),
         )
     result.problems += [p for p in world if p.key not in failed]
 
@@ -184,6 +263,7 @@ def backend_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem
                 ),
             )
         )
+    problems += _collective_problems(cfg, devices_here)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if devices_here and backend.cpu_threads is not None and cores and backend.cpu_threads > cores:
         problems.append(
@@ -197,6 +277,63 @@ def backend_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem
                     alt=fix({"backend.cpu_threads": fields.default("backend.cpu_threads")}),
                 ),
                 warning=True,
+            )
+        )
+    return problems
+
+
+#: What torch's env:// rendezvous reads besides WORLD_SIZE (torchrun and the SLURM
+#: launcher's tasks set them all).
+_RENDEZVOUS = ("RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _collective_problems(cfg: DictConfig, devices_here: bool) -> list[Problem]:
+    """The ranks the environment announces can meet: a WORLD_SIZE above 1 comes with the
+    rest of torchrun's variables, and NCCL has CUDA devices to run on."""
+    from art_hydra.config.validators import torchrun_world_size, world_size
+
+    problems: list[Problem] = []
+    ranks = torchrun_world_size() or 1
+    absent = [name for name in _RENDEZVOUS if not os.environ.get(name)]
+    if ranks > 1 and absent:
+        problems.append(
+            world_problem(
+                "distributed.world_size",
+                f"WORLD_SIZE={ranks} (environment)",
+                f"the environment says {ranks} ranks, but {', '.join(absent)} "
+                f"{'is' if len(absent) == 1 else 'are'} not set: this process was not started "
+                "by torchrun (or a SLURM task), so it cannot find the other ranks.",
+                fix(
+                    note=f"run without WORLD_SIZE (env -u WORLD_SIZE art-hydra ...), or start "
+                    f"the ranks with torchrun --nproc_per_node={ranks} -m art_hydra ..."
+                ),
+            )
+        )
+    for name in ("RANK", "LOCAL_RANK"):
+        value = os.environ.get(name)
+        if ranks > 1 and value and not (value.isdigit() and int(value) < ranks):
+            problems.append(
+                world_problem(
+                    "distributed.world_size",
+                    f"{name}={value} (environment)",
+                    f"is not a rank of WORLD_SIZE={ranks} (0 to {ranks - 1}): the launch "
+                    "that set it did not describe this process's place among the ranks.",
+                    fix(note=f"start the ranks with torchrun --nproc_per_node={ranks} ..."),
+                )
+            )
+    nccl = cfg.distributed.backend == DistBackend.nccl
+    if devices_here and nccl and cfg.backend.device == Device.auto and not cuda_present():
+        # One process runs no collective: there the setting is only a trap for later.
+        alone = world_size(cfg) == 1
+        problems.append(
+            world_problem(
+                "distributed.backend",
+                "nccl",
+                "NCCL runs collectives between CUDA devices, and no CUDA GPU is visible here: "
+                "backend.device=auto trains on the CPU"
+                + (" (this run has one process, so nothing uses it yet)." if alone else "."),
+                fix({"distributed.backend": "auto"}, "gloo on the CPU, nccl on GPUs"),
+                warning=alone,
             )
         )
     return problems
@@ -241,6 +378,12 @@ _SWEEP_WORDS = (
 )
 
 
+def _sweep_value(key: str, value: Any) -> Any:
+    if isinstance(value, Placeholder) and value == "the folder of the run to resume":
+        return placeholder("the sweep's folder")
+    return "auto" if key == "resume" and value else value
+
+
 def _sweep_fix(remedy: Any) -> Any:
     if isinstance(remedy, str):
         for old, new in _SWEEP_WORDS:
@@ -249,10 +392,10 @@ def _sweep_fix(remedy: Any) -> Any:
     if remedy is None:
         return None
     sets = tuple(
-        ("hydra.sweep.dir" if k == "hydra.run.dir" else k, "auto" if k == "resume" and v else v)
+        ("hydra.sweep.dir" if k == "hydra.run.dir" else k, _sweep_value(k, v))
         for k, v in remedy.sets
     )
-    return type(remedy)(sets, _sweep_fix(remedy.note), _sweep_fix(remedy.alt))
+    return type(remedy)(sets, _sweep_fix(remedy.note), _sweep_fix(remedy.alt), remedy.drops)
 
 
 def busy_folder_problems(run_dir: Path) -> list[Problem]:
@@ -331,6 +474,9 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
         return [
             world_problem("hydra.run.dir", str(run_dir), f"{reason}.", fix(note="a shorter path"))
         ]
+    uncreatable = creation_refusal(run_dir)
+    if uncreatable is not None:
+        return [world_problem("hydra.run.dir", str(run_dir), uncreatable, _new_folder_fix())]
     busy = busy_folder_problems(run_dir)
     if busy:
         return busy
@@ -342,7 +488,7 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
                 str(run_dir),
                 f"{unfit}. A run folder holds one run's files and nothing else: the run "
                 "writes and prunes there, and must never touch what it did not create.",
-                fix(note=_NEW_FOLDER),
+                _new_folder_fix(),
             )
         ]
     mode = run_folder.resume_mode(cfg)
@@ -357,12 +503,40 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
                 True,
                 f"there is no run folder {run_dir} to resume.",
                 fix(
-                    note="hydra.run.dir=<the folder of the run to resume>",
+                    {"hydra.run.dir": placeholder("the folder of the run to resume")},
                     alt=fix({"resume": "auto"}, "start the run where there is none"),
                 ),
             )
         ]
     return _resume_problems(cfg, run_dir, True)
+
+
+def creation_refusal(folder: Path) -> str | None:
+    """Why ``folder`` (absent) could not be created, or None: the nearest folder above it
+    that exists must be a folder where a new folder can be made. Tried for real, with a
+    probe folder made and removed at once (``/proc``, ``/sys``, a read-only mount or a
+    folder without write permission refuse it even to root, where ``os.access`` says yes)."""
+    if os.path.lexists(folder):
+        return None
+    above = folder.absolute().parent
+    while not os.path.lexists(above) and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        return f"cannot be created: {above} is not a folder."
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".art_hydra-probe-", dir=above))
+    except OSError as exc:
+        return (
+            f"cannot be created: no folder can be made in {above} "
+            f"({exc.strerror or exc}); the run writes its checkpoints and records there."
+        )
+    return None
+
+
+def _new_folder_fix() -> Any:
+    return fix({"hydra.run.dir": placeholder("a new folder")})
 
 
 def _fresh_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
@@ -538,7 +712,7 @@ def _sweep_folder(value: str, reason: str, remedy: Any) -> Problem:
     return world_problem("hydra.sweep.dir", value, reason, remedy)
 
 
-_NEW_SWEEP = fix(note="hydra.sweep.dir=<a new folder>")
+_NEW_SWEEP = fix({"hydra.sweep.dir": placeholder("a new folder")})
 
 
 def sweep_folder_problems(
@@ -560,7 +734,8 @@ def sweep_folder_problems(
         return [_sweep_folder(value, f"{refusal}.", fix(note="a shorter path"))]
     kind = run_folder.entry_kind(folder)
     if kind is None:
-        return []
+        uncreatable = creation_refusal(folder)
+        return [] if uncreatable is None else [_sweep_folder(value, uncreatable, _NEW_SWEEP)]
     resolved = folder.resolve()
     if kind != "folder" or resolved in (Path(resolved.anchor), Path.home().resolve()):
         what = "is not a folder" if kind != "folder" else "is the root or home directory"

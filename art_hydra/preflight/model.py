@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from art_hydra import folder_tokenizer, model_files
-from art_hydra.config.problems import Problem, fix
+from art_hydra.config.problems import Problem, fix, placeholder
 from art_hydra.config.schema import AlgorithmName, FinetuneMethod, ModelSource
 from art_hydra.model_files import FolderError
 from art_hydra.preflight.common import top_p_problems, world_problem
@@ -87,7 +87,7 @@ def model_problems(cfg: DictConfig) -> list[Problem]:
             "model.name",
             name,
             f"{refusal}.",
-            fix(note="model.name=<hub id> or model.name=/path/to/a/local/model/folder"),
+            fix({"model.name": placeholder("a hub id or the path of a local model folder")}),
         )
     ]
 
@@ -104,7 +104,7 @@ def _model_problems(cfg: DictConfig, name: str) -> list[Problem]:
                 "looks like a local path, but no such folder exists"
                 + ("" if folder.is_absolute() else f" (relative to {os.getcwd()})")
                 + ".",
-                fix(note="model.name=/absolute/path/to/model/folder"),
+                fix({"model.name": placeholder("the absolute path of your model folder")}),
             )
         ]
     return folder_problems(cfg, folder, name)

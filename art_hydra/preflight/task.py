@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from art_hydra import safe_json
-from art_hydra.config.problems import Problem, fix
+from art_hydra.config.problems import Problem, fix, placeholder
 from art_hydra.config.schema import (
     AlgorithmName,
     ModelSource,
@@ -47,11 +47,12 @@ def _code(cfg: DictConfig, key: str) -> tuple[Any, list[Problem]]:
         role = ROLE_OF_KEY[key]
         remedy = (
             fix(
-                note=f"mark it @{role} (from art_hydra import {role}), or {key}={path} on the "
-                "command line"
+                {key: path},
+                f"on the command line, if you trust it; or mark it @{role} "
+                f"(from art_hydra import {role})",
             )
             if isinstance(cause, NotMarkedError)
-            else fix(note=f"{key}=<module.function>")
+            else fix({key: placeholder("module.function")})
         )
         return None, [world_problem(key, path, reason, remedy)]
 
@@ -205,7 +206,10 @@ def _generator_problems(cfg: DictConfig) -> list[Problem]:
                 params[taken[0]],
                 "is an argument art_hydra gives every generator itself (rng is seeded "
                 "from seed, num_examples is task.num_examples).",
-                fix(note=f"~task.params.{taken[0]}"),
+                fix(
+                    note=f"drop task.params.{taken[0]} (~task.params.{taken[0]})",
+                    drops=(f"task.params.{taken[0]}",),
+                ),
             ),
         ]
     names = "".join(f", {k}=..." for k in params)
@@ -251,7 +255,7 @@ def _gather(cfg: DictConfig, rules: DataRules) -> DataStats | tuple[str, Any]:
             return f"raised {type(exc).__name__}: {exc}", fix(note="fix the generator")
         return (
             f"cannot be read as task data: {type(exc).__name__}: {exc}",
-            fix(note="task.path=<a readable json, jsonl, csv or parquet file>"),
+            fix({"task.path": placeholder("a readable json, jsonl, csv or parquet file")}),
         )
     if scan.note is not None:  # the source itself: nothing to list by row
         return scan.errors[0].removeprefix(f"{cfg.task.path}: "), fix(note=scan.note)
@@ -266,14 +270,14 @@ def _gather(cfg: DictConfig, rules: DataRules) -> DataStats | tuple[str, Any]:
         if scan.fix:
             return reason, fix(note=" ".join(f"{k}={v}" for k, v in scan.fix.items()))
         remedy = "fix the generator" if generated else "repair or remove the rows listed"
-        return reason, fix(note=scan.note or remedy)
+        return reason, fix(note=scan.note or f"{remedy} (each is named with where it is)")
     if not stats.count:
         if generated:
             return "produced no examples.", fix(note="fix the generator")
         empty = f"{cfg.task.path}: no examples (the data is empty)"
         if cfg.task.source == TaskSource.jsonl:
             empty = f"1 line cannot be used:\n{cfg.task.path}: no examples (the file is empty)"
-        return empty, fix(note="task.path=<data with examples>")
+        return empty, fix({"task.path": placeholder("data with examples")})
     return stats
 
 
@@ -313,7 +317,7 @@ def _template_problems(cfg: DictConfig, stats: DataStats) -> list[Problem]:
         if cfg.model.source == ModelSource.tiny
         else f"the tokenizer of model.name={cfg.model.name}"
     )
-    chat_model = "model.name=<folder of a model with a chat template> model.source=pretrained"
+    chat_model = "model=pretrained model.name=<folder of a model with a chat template>"
     problems = []
     if stats.conversation is not None:
         problems.append(
@@ -383,7 +387,7 @@ def _data_file_problems(path: str) -> list[Problem]:
             "task.path",
             path,
             f"{reason}; task data is read from a regular JSONL file.",
-            fix(note="task.path=/path/to/data.jsonl"),
+            fix({"task.path": placeholder("a regular JSONL file")}),
         )
     ]
 

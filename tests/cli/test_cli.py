@@ -23,9 +23,9 @@ EVERY_CLASS = {
         ["trainer.learning_rate=1e-05"],
     ),
     "trainer.max_stepz=10": ("trainer.max_stepz", Kind.unknown_key, ["trainer.max_steps=10"]),
-    "model.name=???": ("model.name", Kind.missing, []),
+    "model.name=???": ("model.name", Kind.missing, ["model.name=<value>"]),
     "algorithm=foo": ("algorithm", Kind.group, ["algorithm=sft"]),
-    "backend.name=tensorflow": ("backend.name", Kind.type, ["backend.name=unsloth"]),
+    "backend.name=tensorflow": ("backend.name", Kind.type, ["backend.name=torch"]),
     "rl.num_generations=1": ("rl.num_generations", Kind.bound, ["rl.num_generations=8"]),
     "trainer.gradient_accumulation_steps=2": (
         "trainer.gradient_accumulation_steps",

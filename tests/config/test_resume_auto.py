@@ -198,7 +198,10 @@ def test_a_sweep_jobs_folder_fixes_name_the_sweep_folder(tmp_path: Path) -> None
     assert held.fix.render().startswith("resume=auto (continue that run), or hydra.sweep.dir=")
     (run / "junk.txt").write_text("x")  # not a run folder: named by the sweep's key
     (stray,) = _world([], run, sweep=True)
-    assert (stray.key, stray.fix.render()) == ("hydra.sweep.dir", "hydra.sweep.dir=<a new folder>")
+    assert (stray.key, stray.fix.render()) == (
+        "hydra.sweep.dir",
+        "hydra.sweep.dir=<a new folder> (replace <...>)",
+    )
 
 
 def test_for_sweep_keeps_a_plain_fix_and_rewrites_the_rest() -> None:

@@ -274,7 +274,7 @@ def test_run_folder_states(tmp_path: Path) -> None:
     assert _world([], run) == {}  # fresh (missing) folder
     (nothing,) = _world(["resume=true"], run)["resume"]  # nothing to resume: name the folder
     assert (nothing.kind, nothing.severity) == (Kind.world, Severity.error)
-    assert not nothing.fix.overrides() and nothing.fix.render().startswith("hydra.run.dir=")
+    assert nothing.fix.has_placeholder and nothing.fix.render().startswith("hydra.run.dir=<")
     run.mkdir()
     (run / ".hydra").mkdir()  # another Hydra app's output folder: its record is not ours
     assert "another program's Hydra record" in _world([], run)["hydra.run.dir"][0].reason

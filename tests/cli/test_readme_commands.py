@@ -1,0 +1,294 @@
+"""Every command the README shows runs as written: each ``art-hydra ...`` and
+``python -m art_hydra ...`` line of its fenced code blocks is dry-run here.
+
+How a command is read (so the README can change freely):
+
+* fenced blocks only (```` ``` ```` or ``~~~``, indented or not, any language); a line
+  ending in ``\\`` continues on the next; a leading ``$ `` prompt is dropped; ``#``
+  comments and shell redirections (``> file``) are dropped; ``...`` stands for "your
+  other overrides" and is dropped;
+* a single run gets ``dry_run=true`` (validate, pre-flight, print, exit 0), a sweep
+  (``-m``) gets it too (the pre-flight of every point, nothing launched); ``--help``,
+  ``--cfg``, ``--info``, ``--schema`` and ``summarize`` run as they are;
+* a command in a block that also shows a refusal report ("The configuration cannot
+  run") is an example of a refusal: it must exit 1 with that report, never a traceback.
+
+Names the README uses for the reader's own files are made real in the working folder
+or mapped to temporary paths (:data:`PLACEHOLDERS`); a placeholder this test does not
+know fails the test with its name, so a new one is added here, not skipped. Commands
+that cannot run on this machine are listed in :data:`NOT_HERE` with the reason, and a
+hub model that is not in the local Hugging Face cache (no network here) skips its
+command with the model's name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import ART_HYDRA
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+#: The start of a command line this test runs.
+_COMMAND = re.compile(r"^(art-hydra|python3? -m art_hydra|torchrun)(\s|$)")
+_FENCE = re.compile(r"^(\s*)(```|~~~)")
+#: What a block shows when its command is an example of a refusal.
+_REFUSAL = "The configuration cannot run"
+
+#: Commands that cannot be dry-run on this machine, by their first words, with why.
+NOT_HERE: dict[str, str] = {
+    "torchrun": "starts one process per rank (needs several devices or CPU processes "
+    "for each rank, and a rendezvous); each rank runs the same checks as a single run, "
+    "tested in tests/distributed",
+}
+
+#: Commands that need a change on another branch of issue 18, by a word they hold: a
+#: non-strict xfail until it is merged (then they pass, and this entry goes).
+PENDING: dict[str, str] = {
+    "my_pkg.rewards.my_reward": "art-hydra finds modules in the working folder as "
+    "python -m art_hydra does (issue 18 item 2, the rewards branch)",
+}
+
+#: Relative names the README uses for the reader's files, created in the working folder.
+DATA_ROWS = "".join(
+    f'{{"prompt": "reverse: {w}", "answer": "{w[::-1]}"}}\n'
+    for w in ("abc", "bcd", "cab", "dab", "abcd", "dcba", "bad", "cad")
+)
+REWARD_MODULE = (
+    "from art_hydra import reward\n\n\n"
+    "@reward\n"
+    "def my_reward(prompt: str, completion: str, answer: str | None) -> float:\n"
+    "    return float(completion.strip() == (answer or ''))\n"
+)
+
+#: Placeholders of the README -> what this test puts there (``{tmp}``: the working
+#: folder). Checked in order; every token is rewritten with each that it contains.
+PLACEHOLDERS: dict[str, str] = {
+    "/home/me/": "{tmp}/home/me/",  # an example user's absolute paths
+    "/path/to/data.jsonl": "{tmp}/data.jsonl",
+    "/path/to/": "{tmp}/",
+}
+
+
+@dataclass(frozen=True)
+class Command:
+    line: int  # the README line the command starts on
+    text: str  # the command as the README writes it, continuations joined
+    refusal: bool  # its block shows a refusal report
+
+
+def readme_commands(text: str) -> list[Command]:
+    """Every command line of the fenced blocks of ``text``."""
+    commands: list[Command] = []
+    block: list[tuple[int, str]] = []
+    fence: str | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        opened = _FENCE.match(line)
+        if fence is None:
+            if opened:
+                fence, block = opened.group(2), []
+            continue
+        if opened and opened.group(2) == fence and line.strip() == fence:
+            commands += _block_commands(block)
+            fence = None
+            continue
+        block.append((number, line))
+    return commands
+
+
+def _block_commands(block: list[tuple[int, str]]) -> list[Command]:
+    refusal = any(_REFUSAL in line for _, line in block)
+    found: list[Command] = []
+    pending: tuple[int, str] | None = None
+    for number, raw in block:
+        line = raw.strip()
+        if pending is not None:
+            start, text = pending
+            text = f"{text} {line.rstrip(chr(92)).strip()}"
+            pending = (start, text) if line.endswith("\\") else None
+            if pending is None:
+                found.append(Command(start, text, refusal))
+            continue
+        line = line.removeprefix("$ ").strip()
+        if not _COMMAND.match(line):
+            continue
+        if line.endswith("\\"):
+            pending = (number, line.rstrip("\\").strip())
+        else:
+            found.append(Command(number, line, refusal))
+    if pending is not None:
+        found.append(Command(pending[0], pending[1], refusal))
+    return found
+
+
+def _words(command: str, tmp: Path) -> list[str]:
+    """The command's words, comments, redirections and ``...`` dropped, placeholders
+    replaced."""
+    words = shlex.split(command, comments=True)
+    kept: list[str] = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        if word in (">", ">>", "2>", "<"):
+            skip = True
+            continue
+        if word == "..." or re.match(r"^[12]?>", word):
+            continue
+        for name, real in PLACEHOLDERS.items():
+            word = word.replace(name, real.format(tmp=tmp))
+        kept.append(word)
+    unknown = [w for w in kept if "/path/to" in w or re.search(r"=<[^>]*>", w)]
+    assert not unknown, f"add these placeholders to PLACEHOLDERS: {unknown}"
+    return kept
+
+
+def _argv(words: list[str]) -> list[str]:
+    """The process to start and its arguments, with the dry run added where it applies."""
+    if words[0] == "art-hydra":
+        cmd, args = [ART_HYDRA], words[1:]
+    else:  # python -m art_hydra
+        cmd, args = [sys.executable, "-m", "art_hydra"], words[3:]
+    passthrough = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--schema"}
+    if args[:1] == ["summarize"] or passthrough & set(args):
+        return cmd + args
+    if not any(a.startswith("dry_run=") for a in args):
+        args = [*args, "dry_run=true"]
+    return cmd + args
+
+
+def _setup(tmp: Path) -> None:
+    """The reader's own files the README names, made real."""
+    (tmp / "data.jsonl").write_text(DATA_ROWS)
+    my_conf = tmp / "my_conf" / "model"
+    my_conf.mkdir(parents=True)
+    tiny = (Path(__file__).resolve().parents[2] / "conf" / "model" / "tiny.yaml").read_text()
+    (my_conf / "my_model.yaml").write_text(tiny)
+    (tmp / "my_pkg").mkdir()
+    (tmp / "my_pkg" / "__init__.py").write_text("")
+    (tmp / "my_pkg" / "rewards.py").write_text(REWARD_MODULE)
+
+
+def _hub_model_missing(words: list[str]) -> str | None:
+    """The hub id a command's model preset downloads, when it is not in the local
+    Hugging Face cache (no network on this machine), else None."""
+    from hydra.types import RunMode
+
+    from art_hydra.config.composition import make_loader
+
+    groups = [w for w in words if re.match(r"^\+?(model|experiment)=", w)]
+    if not groups:
+        return None
+    try:
+        cfg = make_loader().load_configuration("config", groups, run_mode=RunMode.RUN)
+    except Exception:
+        return None
+    name, source = str(cfg.model.name), str(cfg.model.source)
+    if "pretrained" not in source or os.path.isdir(os.path.expanduser(name)):
+        return None
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    hub = Path(os.environ.get("HF_HUB_CACHE", home / "hub"))
+    cached = hub / f"models--{name.replace('/', '--')}" / "snapshots"
+    return None if any(cached.glob("*/config.json")) else name
+
+
+def _resumes(words: list[str]) -> str | None:
+    """The run folder a command resumes (``resume=true``), else None."""
+    if "resume=true" not in words:
+        return None
+    folders = [w.partition("=")[2] for w in words if w.startswith("hydra.run.dir=")]
+    return folders[0] if folders else None
+
+
+def _train_a_run(folder: str, cwd: Path) -> None:
+    """The run a resume command continues: one step of the default job, checkpointed
+    (only keys a resume may change differ from the default)."""
+    proc = subprocess.run(
+        [
+            ART_HYDRA,
+            "trainer.max_steps=1",
+            "checkpoint.every_steps=1",
+            "logging.plot=false",
+            "logging.tensorboard=false",
+            "logging.progress_bar=off",
+            f"hydra.run.dir={folder}",
+        ],
+        cwd=cwd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env["HF_HUB_OFFLINE"] = "1"  # no network here: a download would hang, not fail
+    return env
+
+
+def _params() -> list:
+    params = []
+    for command in readme_commands(README.read_text(encoding="utf-8")):
+        marks = [pytest.mark.slow] if "resume=true" in command.text.split() else []
+        marks += [
+            pytest.mark.xfail(reason=why, strict=False)
+            for word, why in PENDING.items()
+            if word in command.text
+        ]
+        params.append(pytest.param(command, id=f"L{command.line}", marks=marks))
+    return params
+
+
+def test_the_readme_has_commands_and_every_block_is_read() -> None:
+    """A guard on the parser itself: the README shows dozens of commands, including a
+    continued one and one in an indented block."""
+    commands = readme_commands(README.read_text(encoding="utf-8"))
+    assert len(commands) >= 10
+    sample = readme_commands(
+        "text\n```bash\n$ art-hydra a=1 \\\n  b=2  # note\nnot a command\n```\n"
+        "  ```\n  python -m art_hydra c=3\n  ```\n"
+    )
+    assert [(c.line, c.text) for c in sample] == [
+        (3, "art-hydra a=1 b=2  # note"),
+        (8, "python -m art_hydra c=3"),
+    ]
+    assert _words(sample[0].text, Path("/t")) == ["art-hydra", "a=1", "b=2"]
+
+
+@pytest.mark.parametrize("command", _params())
+def test_readme_command_runs_as_written(command: Command, tmp_path: Path) -> None:
+    words = shlex.split(command.text, comments=True)
+    for start, why in NOT_HERE.items():
+        if command.text.startswith(start):
+            pytest.skip(f"README line {command.line}: {why}")
+    _setup(tmp_path)
+    words = _words(command.text, tmp_path)
+    missing = _hub_model_missing(words)
+    if missing is not None:
+        pytest.skip(
+            f"README line {command.line} uses the hub model {missing}, which is not in this "
+            "machine's Hugging Face cache (no network here)"
+        )
+    resumed = _resumes(words)
+    if resumed is not None:
+        _train_a_run(resumed, tmp_path)
+    argv = _argv(words)
+    proc = subprocess.run(
+        argv, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300
+    )
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out, f"README line {command.line}: {' '.join(argv)}\n{out}"
+    if command.refusal:
+        assert proc.returncode == 1 and _REFUSAL in out, f"line {command.line}:\n{out}"
+    else:
+        assert proc.returncode == 0, f"README line {command.line}: {' '.join(argv)}\n{out}"

@@ -1,0 +1,247 @@
+"""Fixes that work: for every kind of problem the checks can report, the report's first
+fix, applied literally, gives a configuration that composes and passes the pre-flight.
+
+The corpus holds one failing override set per check (composition, bounds, each rule of
+:mod:`art_hydra.config.validators`, the world pre-flight's task, model, backend and run
+folder checks). For each, the first error (or, for a warning case, the warning) is taken
+from the report exactly as the CLI builds it (:func:`compose_and_check` then
+:func:`add_world_problems`), its first :class:`~art_hydra.config.problems.Fix` is
+applied as command-line overrides, and the result is checked again: that problem must
+be gone and no error may appear. A fix that holds a placeholder (a path only the user
+knows) is not applied; it must be marked as one (a ``Placeholder`` value, rendered
+``<...>`` with "replace <...>"). A fix that is an instruction rather than overrides (edit
+the data file, launch differently) is allowed only where the corpus says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from hydra.types import RunMode
+
+from art_hydra.config.composition import compose_and_check, make_loader, open_mapping_adds
+from art_hydra.config.problems import Fix, Placeholder, Problem, override_value
+from art_hydra.preflight import add_world_problems, cuda_present
+
+
+@dataclass(frozen=True)
+class Case:
+    #: Overrides that produce the problem ({tmp}: the test's folder).
+    overrides: tuple[str, ...]
+    #: The key the problem names.
+    key: str
+    #: Files the case needs, made in the test's folder.
+    files: Callable[[Path], None] | None = None
+    #: Environment variables the case sets.
+    env: dict[str, str] = field(default_factory=dict)
+    #: The problem is a warning (the run works): its fix must remove it all the same.
+    warning: bool = False
+    #: Why the first fix is an instruction, not overrides (None: it must be overrides).
+    instruction: str | None = None
+
+
+def _rows(tmp: Path, rows: list[str], name: str = "data.jsonl") -> None:
+    (tmp / name).write_text("".join(row + "\n" for row in rows))
+
+
+def _long_prompts(tmp: Path) -> None:
+    _rows(tmp, [f'{{"prompt": "{"a" * 60}", "answer": "b"}}'] * 4)
+
+
+def _good_data(tmp: Path) -> None:
+    _rows(tmp, ['{"prompt": "ab", "answer": "ba"}'] * 4)
+
+
+def _bad_lines(tmp: Path) -> None:
+    _rows(tmp, ['{"prompt": "ab", "answer": "ba"}', "{not json", '{"answer": "x"}'])
+
+
+def _empty(tmp: Path) -> None:
+    (tmp / "data.jsonl").write_text("")
+
+
+def _a_file_as_run_dir(tmp: Path) -> None:
+    (tmp / "afile").write_text("not a folder")
+
+
+def _stray_run_dir(tmp: Path) -> None:
+    (tmp / "run").mkdir()
+    (tmp / "run" / "notes.txt").write_text("mine")
+
+
+JSONL = ("task=jsonl", "task.path={tmp}/data.jsonl")
+FITS = ("rl.max_prompt_length=16", "rl.max_completion_length=16")
+
+CASES: dict[str, Case] = {
+    # ---- composition: overrides, types, keys, groups, mandatory values, interpolations
+    "type": Case(("trainer.learning_rate=abc",), "trainer.learning_rate"),
+    "plus_on_a_set_key": Case(("+trainer.learning_rate=0.1",), "trainer.learning_rate"),
+    "misspelt_key": Case(("+trainer.lerning_rate=1e-5",), "trainer.lerning_rate"),
+    "unknown_group_option": Case(("algorithm=foo",), "algorithm"),
+    "plus_on_a_chosen_group": Case(("+backend=torch",), "+backend"),
+    "enum_value": Case(("backend.device=gpu",), "backend.device"),
+    "missing": Case(("model.name=???",), "model.name"),
+    "empty": Case(("model.name=",), "model.name"),
+    "interpolation": Case(("model.name=${oc.env:ART_HYDRA_UNSET_VARIABLE}/x",), "model.name"),
+    "reward_missing": Case(("task.reward._target_=???",), "task.reward._target_"),
+    "sweep_in_a_run": Case(
+        ("trainer.max_steps=1,2",),
+        "trainer.max_steps",
+        instruction="the fix is how to launch a sweep (-m), not a value",
+    ),
+    "deleted_section": Case(("~trainer",), "trainer"),
+    # ---- bounds declared on the schema
+    "bound_low": Case(("rl.num_generations=1",), "rl.num_generations"),
+    "bound_negative": Case(("trainer.learning_rate=-1",), "trainer.learning_rate"),
+    "bound_range": Case(("rl.top_p=0",), "rl.top_p"),
+    # ---- the rules of config/validators.py
+    "accumulation": Case(
+        ("trainer.gradient_accumulation_steps=2",), "trainer.gradient_accumulation_steps"
+    ),
+    "groups": Case(
+        ("trainer.per_device_train_batch_size=100",), "trainer.per_device_train_batch_size"
+    ),
+    "rl_lengths": Case(("rl.max_prompt_length=60",), "rl.max_completion_length"),
+    "jsonl_budgets_over_the_tiny_length": Case(
+        ("task=jsonl", "task.path={tmp}/data.jsonl"), "rl.max_completion_length", _good_data
+    ),
+    "sft_length": Case(("algorithm=sft", "sft.max_length=100"), "sft.max_length"),
+    "four_bit": Case(("model.load_in_4bit=true",), "model.load_in_4bit"),
+    "tiny_heads": Case(("model.tiny.num_heads=3",), "model.tiny.num_heads"),
+    "reward_short_name": Case(("task.reward._target_=exact_match",), "task.reward._target_"),
+    "reward_stdlib": Case(("task.reward._target_=os.system",), "task.reward._target_"),
+    "generator_stdlib": Case(("task.generator=os.system",), "task.generator"),
+    "allowed_stdlib": Case(("task.allowed_modules=[os]",), "task.allowed_modules"),
+    "greedy": Case(("rl.top_k=1",), "rl.top_k"),
+    "cispo": Case(("rl.loss_type=cispo", "rl.epsilon_high=null"), "rl.epsilon_high"),
+    "objective": Case(("objective.metric=accuracy",), "objective.metric"),
+    "checkpoint_dir": Case(("checkpoint.dir=/tmp/elsewhere",), "checkpoint.dir"),
+    "lora_both_ways": Case(
+        ("model.finetune=lora", "model.lora.target_modules=[q_proj,lm_head]"),
+        "model.lora.target_modules",
+    ),
+    "lora_all_both_ways": Case(
+        ("model.finetune=lora", "model.lora.target_modules=[lm_head]"),
+        "model.lora.modules_to_save",
+    ),
+    "low_top_p": Case(("rl.top_p=0.3",), "rl.top_p", warning=True),
+    "long_warmup": Case(("trainer.warmup_steps=400",), "trainer.warmup_steps", warning=True),
+    "logging_longer_than_run": Case(
+        ("logging.every_steps=1000",), "logging.every_steps", warning=True
+    ),
+    # ---- the world pre-flight: data, lengths, code, model files, backend, run folder
+    "data_missing": Case((*JSONL, *FITS), "task.path"),
+    "data_path_absent": Case(("task=jsonl", *FITS), "task.path"),
+    "data_empty": Case((*JSONL, *FITS), "task.path", _empty),
+    "data_bad_lines": Case(
+        (*JSONL, *FITS),
+        "task.path",
+        _bad_lines,
+        instruction="the data file itself must change (its lines are listed)",
+    ),
+    "prompt_budget": Case((*JSONL, *FITS), "rl.max_prompt_length", _long_prompts),
+    "sft_example_budget": Case(
+        (*JSONL, "algorithm=sft", "sft.max_length=32"), "sft.max_length", _long_prompts
+    ),
+    "model_folder_absent": Case(
+        ("model.source=pretrained", "model.name={tmp}/no_model"), "model.name"
+    ),
+    "unsloth_absent": Case(("backend=unsloth",), "backend"),
+    "generator_argument_unknown": Case(("+task.params.foo=4",), "task.generator"),
+    "generator_argument_taken": Case(("+task.params.rng=4",), "task.params.rng"),
+    "run_dir_is_a_file": Case(("hydra.run.dir={tmp}/afile",), "hydra.run.dir", _a_file_as_run_dir),
+    "run_dir_impossible": Case(("hydra.run.dir=/proc/art_hydra_run",), "hydra.run.dir"),
+    "run_dir_not_a_run_folder": Case(("hydra.run.dir={tmp}/run",), "hydra.run.dir", _stray_run_dir),
+    "resume_nothing": Case(("resume=true",), "resume"),
+    "world_size_without_torchrun": Case(
+        (),
+        "distributed.world_size",
+        env={"WORLD_SIZE": "2"},
+        instruction="the fix is how to launch (torchrun, or no WORLD_SIZE)",
+    ),
+}
+if not cuda_present():
+    CASES["cuda_absent"] = Case(("backend.device=cuda",), "backend.device")
+    CASES["nccl_on_cpu"] = Case(("distributed.backend=nccl",), "distributed.backend", warning=True)
+
+
+def _report(overrides: list[str], tmp: Path) -> list[Problem]:
+    """The problems the CLI would report for ``overrides`` (composition, then the world)."""
+    if not any(o.startswith("hydra.run.dir=") for o in overrides):
+        overrides = [*overrides, f"hydra.run.dir={tmp}/fresh_run"]
+    overrides = open_mapping_adds(overrides)
+    result = compose_and_check(make_loader(), "config", overrides, RunMode.RUN)
+    add_world_problems(result)
+    return result.problems
+
+
+def _applied(overrides: list[str], remedy: Fix) -> list[str]:
+    """``overrides`` with the fix's overrides in place of any that set the same key."""
+    dropped = set(remedy.drops)
+    out = [o for o in overrides if o.lstrip("+~").partition("=")[0] not in dropped]
+    for key, value in remedy.sets:
+        bare = key.lstrip("+~")
+        out = [o for o in out if o.lstrip("+~").partition("=")[0] != bare]
+        out.append(f"{key}={override_value(value)}")
+    return out
+
+
+def _the_problem(problems: list[Problem], case: Case) -> Problem:
+    wanted = [p for p in problems if p.key == case.key and p.is_error != case.warning]
+    assert wanted, f"no {'warning' if case.warning else 'error'} on {case.key}: {problems}"
+    if not case.warning:
+        first_error = next(p for p in problems if p.is_error)
+        assert first_error.key == case.key, f"the first error is {first_error}"
+    return wanted[0]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_first_fix_works_when_applied_literally(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case = CASES[name]
+    monkeypatch.chdir(tmp_path)
+    for var in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in case.env.items():
+        monkeypatch.setenv(var, value)
+    if case.files is not None:
+        case.files(tmp_path)
+    overrides = [o.replace("{tmp}", str(tmp_path)) for o in case.overrides]
+    problem = _the_problem(_report(overrides, tmp_path), case)
+    remedy = problem.fix
+    assert isinstance(remedy, Fix), f"{problem.key}: a structured Fix, not {remedy!r}"
+    if case.instruction is not None:
+        assert not remedy.sets and remedy.note, f"{name} has overrides now: apply them"
+        return
+    assert remedy.sets or remedy.drops, f"{name}: the fix is an instruction ({remedy.render()})"
+    if remedy.has_placeholder:
+        text = remedy.render()
+        assert "<" in text and "replace <...>" in text, text
+        assert all(isinstance(v, Placeholder) for _, v in remedy.sets if "<" in override_value(v))
+        return
+    fixed = _applied(overrides, remedy)
+    after = _report(fixed, tmp_path)
+    errors = [p for p in after if p.is_error]
+    assert not errors, f"{name}: {' '.join(fixed)} still fails: {errors}"
+    same = [p for p in after if p.key == problem.key and p.reason == problem.reason]
+    assert not same, f"{name}: the fix {remedy.render()} left {same}"
+
+
+def test_every_fix_value_that_looks_like_a_placeholder_is_marked(tmp_path: Path) -> None:
+    """No fix of the corpus offers ``<...>`` or ``/path/to`` as if it were a real value."""
+    fake = ("<", "/path/to", "/absolute/path")
+    for name, case in CASES.items():
+        if case.env or case.files:
+            continue
+        overrides = [o.replace("{tmp}", str(tmp_path)) for o in case.overrides]
+        for problem in _report(overrides, tmp_path):
+            remedy = problem.fix
+            while isinstance(remedy, Fix):
+                for _, value in remedy.sets:
+                    if any(f in str(value) for f in fake):
+                        assert isinstance(value, Placeholder), f"{name}: {problem}"
+                remedy = remedy.alt
