@@ -283,7 +283,7 @@ def task_names_its_sources(cfg: DictConfig) -> Iterator[Problem]:
             fix(
                 {
                     "task.path": placeholder(
-                        "your JSONL file" if jsonl else "your data file, folder or hub dataset id"
+                        "your JSONL file" if jsonl else "your data file, folder or hub id"
                     )
                 }
             ),

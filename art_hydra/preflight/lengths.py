@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from art_hydra.backends import tiny
 from art_hydra.config.problems import Problem, fix
 from art_hydra.config.schema import AlgorithmName, ModelSource
+from art_hydra.config.validators import budget_fix
 from art_hydra.preflight.common import world_problem
 from art_hydra.tasks.examples import Example
 
@@ -303,7 +304,7 @@ def _budget_problems(cfg: DictConfig, lengths: Lengths) -> list[Problem]:
 def _budget_remedy(cfg: DictConfig, key: str, size: int) -> Any:
     """The budget fix, or, when the raised budgets would pass the model's positions
     (config.json), the note that no setting fits: the rows must be shorter."""
-    sets = _budget_fix(cfg, key, size)
+    sets = dict(budget_fix(cfg, key, size).sets)
     needed = sets.get("model.max_seq_length", 0)
     positions = _positions(cfg)
     if positions is not None and needed > positions:
@@ -328,22 +329,6 @@ def _positions(cfg: DictConfig) -> int | None:
         return None
     found = model_files.position_limit(config) if isinstance(config, dict) else None
     return found[1] if found else None
-
-
-def _budget_fix(cfg: DictConfig, key: str, size: int) -> dict[str, int]:
-    """The budget raised to ``size``, with model.max_seq_length raised with it when the
-    budgets would no longer fit (one fix: two separate ones would go in a circle)."""
-    sets = {key: size}
-    if key == "sft.max_length":
-        total = size
-    else:
-        other = (
-            "rl.max_completion_length" if key == "rl.max_prompt_length" else "rl.max_prompt_length"
-        )
-        total = size + OmegaConf.select(cfg, other)
-    if total > cfg.model.max_seq_length:
-        sets["model.max_seq_length"] = total
-    return sets
 
 
 def _data_problems(lengths: Lengths, key: str, value: Any) -> list[Problem]:
