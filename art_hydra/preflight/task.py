@@ -74,10 +74,26 @@ def _signature_problems(fn: Any, key: str, kwargs: dict[str, Any], what: str) ->
                 f"{fn.__module__}.{fn.__qualname__}",
                 f"does not accept the call {what}: arguments are passed by parameter name, "
                 f"and its parameters are ({own}) ({exc}).",
-                fix(note=f"name its parameters as in {what}"),
+                _params_fix(signature, key, kwargs, what),
             )
         ]
     return []
+
+
+def _params_fix(signature: inspect.Signature, key: str, kwargs: dict[str, Any], what: str) -> Any:
+    """Drop the ``task.params`` arguments the generator does not take (the user's own
+    overrides of them); for a reward, or a generator missing what art_hydra passes, its
+    parameters must change."""
+    takes_any = any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values())
+    extra = [k for k in kwargs if k not in signature.parameters]
+    passed = {"rng", "num_examples"}
+    if key == "task.generator" and extra and not takes_any and not passed & set(extra):
+        return fix(
+            note=f"drop the task.params argument(s) it does not take: {', '.join(extra)}",
+            drops=tuple(f"task.params.{k}" for k in extra),
+            alt=fix(note=f"name its parameters as in {what}"),
+        )
+    return fix(note=f"name its parameters as in {what}")
 
 
 @dataclass

@@ -104,11 +104,18 @@ CASES: dict[str, Case] = {
     "groups": Case(
         ("trainer.per_device_train_batch_size=100",), "trainer.per_device_train_batch_size"
     ),
-    "rl_lengths": Case(("rl.max_prompt_length=60",), "rl.max_completion_length"),
-    "jsonl_budgets_over_the_tiny_length": Case(
-        ("task=jsonl", "task.path={tmp}/data.jsonl"), "rl.max_completion_length", _good_data
+    # The tiny model's positions follow its budgets: a length set by hand is what binds.
+    "rl_lengths": Case(
+        ("model.max_seq_length=64", "rl.max_prompt_length=60"), "rl.max_completion_length"
     ),
-    "sft_length": Case(("algorithm=sft", "sft.max_length=100"), "sft.max_length"),
+    "jsonl_budgets_over_the_tiny_length": Case(
+        ("task=jsonl", "task.path={tmp}/data.jsonl", "model.max_seq_length=64"),
+        "rl.max_completion_length",
+        _good_data,
+    ),
+    "sft_length": Case(
+        ("algorithm=sft", "model.max_seq_length=64", "sft.max_length=100"), "sft.max_length"
+    ),
     "four_bit": Case(("model.load_in_4bit=true",), "model.load_in_4bit"),
     "tiny_heads": Case(("model.tiny.num_heads=3",), "model.tiny.num_heads"),
     "reward_short_name": Case(("task.reward._target_=exact_match",), "task.reward._target_"),
