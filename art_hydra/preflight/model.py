@@ -47,11 +47,56 @@ def _offline() -> bool:
 
 
 def downloads_allowed() -> bool:
-    """Whether the user explicitly let the run download a model the cache lacks:
-    ``HF_HUB_OFFLINE=0`` (unset is not enough: the pre-flight makes no network call, so
-    it cannot know the hub is reachable, and a machine without it would fail at load,
-    a minute later, with a traceback)."""
-    return os.environ.get("HF_HUB_OFFLINE", "").lower() in _ONLINE and not _offline()
+    """Whether the run may download a model the cache lacks: ``HF_HUB_OFFLINE=0`` says so
+    outright; unset, the hub must answer a connection now (:func:`hub_reachable`), else
+    the load would fail a minute later, after retries, with a traceback."""
+    if _offline():
+        return False
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in _ONLINE:
+        return True
+    return hub_reachable()
+
+
+#: The probe's verdict per (host, port): a sweep's thousand points connect once.
+_reachable: dict[tuple[str, int], bool] = {}
+#: Seconds the probe waits for a connection (DNS lookup included).
+PROBE_S = 3.0
+
+
+def _hub_address() -> tuple[str, int]:
+    """Where a download would connect first: the HTTPS proxy when one is set, else the
+    hub endpoint (``HF_ENDPOINT``, default huggingface.co)."""
+    from urllib.parse import urlsplit
+
+    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
+    url = urlsplit(proxy or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    default = 443 if url.scheme == "https" else 80
+    return url.hostname or "huggingface.co", url.port or default
+
+
+def hub_reachable() -> bool:
+    """Whether a TCP connection to the hub (or the proxy) opens within ``PROBE_S``; the
+    lookup and connection run in a daemon thread, so a hanging resolver cannot hold the
+    pre-flight longer than that."""
+    import socket
+    import threading
+
+    address = _hub_address()
+    if address not in _reachable:
+        verdict: list[bool] = []
+
+        def connect() -> None:
+            try:
+                socket.create_connection(address, timeout=PROBE_S).close()
+                verdict.append(True)
+            except OSError:
+                verdict.append(False)
+
+        probe = threading.Thread(target=connect, name="hub-probe", daemon=True)
+        probe.start()
+        probe.join(PROBE_S)
+        _reachable[address] = bool(verdict and verdict[0])
+    return _reachable[address]
 
 
 def model_folder(cfg: DictConfig) -> Path | None:
@@ -128,18 +173,18 @@ def _hub_problems(cfg: DictConfig, name: str) -> list[Problem]:
             world_problem(
                 "model.name",
                 name,
-                f"is not in the Hugging Face cache ({cache}){at}; HF_HUB_OFFLINE=0 lets the run "
-                "download it, so its files, tokenizer and lengths are checked only once it "
-                "has loaded.",
+                f"is not in the Hugging Face cache ({cache}){at}; the run will download it, "
+                "so its files, tokenizer and lengths are checked only once it has loaded.",
                 fix(note=f"{command} first, to have everything checked before the run"),
                 warning=True,
             )
         ]
+    host, port = _hub_address()
     why = (
         "HF_HUB_OFFLINE is set, so it cannot be downloaded"
         if _offline()
-        else "the pre-flight makes no network call, so nothing here says it can be downloaded "
-        "(a machine without the hub would fail a minute into loading)"
+        else f"the hub ({host}:{port}) does not answer from here, so it cannot be downloaded "
+        "(the load would fail a minute later, after its retries)"
     )
     return [
         world_problem(
@@ -147,8 +192,8 @@ def _hub_problems(cfg: DictConfig, name: str) -> list[Problem]:
             name,
             f"is not in the Hugging Face cache ({cache}){at}: {why}.",
             fix(
-                note=f"{command} (or huggingface-cli download {name}), then run again; or "
-                "HF_HUB_OFFLINE=0 in the environment to let the run download it"
+                note=f"{command} (or huggingface-cli download {name}) where the hub is "
+                "reachable, into this cache, then run again"
             ),
         )
     ]

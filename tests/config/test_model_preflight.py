@@ -363,19 +363,40 @@ def test_sizes_that_do_not_match_the_config(families: dict[str, Path], tmp_path:
 def test_a_hub_id_absent_from_the_cache_is_one_problem_naming_the_download(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Absent from the cache: an error where the hub does not answer (a closed port here),
+    a warning where it does (a socket listening here) or HF_HUB_OFFLINE=0 says so."""
+    import socket
+
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(var, raising=False)
+    for var in ("HTTPS_PROXY", "https_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    with socket.socket() as closed:  # a port nobody listens on once this closes
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
     (problem,) = _world(_pretrained("acme/tiny-model"))
     assert problem.key == "model.name" and problem.severity == Severity.error
+    assert f"127.0.0.1:{port}" in problem.reason
     assert "hf download acme/tiny-model" in problem.fix.render()
+    with socket.socket() as hub:
+        hub.bind(("127.0.0.1", 0))
+        hub.listen()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{hub.getsockname()[1]}")
+        (online,) = _world(_pretrained("acme/tiny-model"))
+    assert online.severity == Severity.warning and "will download it" in online.reason
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # downloads allowed, explicitly
     (allowed,) = _world(_pretrained("acme/tiny-model"))
     assert allowed.severity == Severity.warning
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (offline,) = _world(_pretrained("acme/tiny-model"))
+    assert offline.severity == Severity.error and "HF_HUB_OFFLINE" in offline.reason
 
 
 def test_a_hub_id_absent_is_refused_by_the_cli_at_once(tmp_path: Path) -> None:
-    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": ""}
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
     proc = run_cli(*_pretrained("acme/tiny-model"), cwd=tmp_path, env=env)
     out = output_of(proc)
     assert proc.returncode == 1, out

@@ -223,10 +223,11 @@ def test_local_model_folders_must_hold_a_safetensors_model(tmp_path: Path) -> No
 
 
 def test_a_hub_id_must_be_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Offline, or with nothing saying the hub can be reached, the cache decides (no
-    network call); HF_HUB_OFFLINE=0 lets the run download it, with a warning."""
+    """Offline, or with the hub not answering, the cache decides; HF_HUB_OFFLINE=0 lets
+    the run download it, with a warning."""
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: closed
     for offline in ("1", ""):
         monkeypatch.setenv("HF_HUB_OFFLINE", offline)
         (problem,) = _world(_model("acme/tiny-model"))["model.name"]
