@@ -139,7 +139,7 @@ def encode_checked(
     longest = max(len(ids) for ids in encoded)
     if longest > limit:
         count = sum(len(ids) > limit for ids in encoded)
-        raise ValueError(
+        raise TaskDataError(
             f"{count} prompt(s) are longer than {key}={limit} tokens (the longest has "
             f"{longest}, chat template included); set {key}={longest} (and model.max_seq_length "
             "to fit) or shorten the prompts"
@@ -455,7 +455,7 @@ class SFTProducer:
     ) -> None:
         missing = [ex.prompt for ex in task.examples if ex.answer is None]
         if missing:
-            raise ValueError(
+            raise TaskDataError(
                 f"SFT trains on reference answers, but {len(missing)} example(s) of task "
                 f"{task.name!r} have none (first prompt: {missing[0]!r})"
             )
@@ -472,7 +472,7 @@ class SFTProducer:
         if longest > sft_cfg.max_length:
             count = sum(len(s.tokens) > sft_cfg.max_length for s in self.sequences.values())
             # Cutting would drop the answer and train on prompt tokens as if they were it.
-            raise ValueError(
+            raise TaskDataError(
                 f"{count} example(s) are longer than sft.max_length={sft_cfg.max_length} tokens "
                 f"(prompt + answer + EOS, the longest {longest}); set sft.max_length={longest} "
                 "(and model.max_seq_length to fit) or shorten the examples"

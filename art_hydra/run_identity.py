@@ -5,7 +5,8 @@ rewritten, a reward whose source was edited, or a local model folder whose weigh
 replaced: a resume would then continue another run under the old one's name (or end in
 a raw size-mismatch traceback). ``run_identity.json`` records, when the run starts:
 
-- the data file (``task.source=jsonl``): its absolute path, size and SHA-256;
+- the data (``task.source=jsonl`` or ``dataset``): a file's absolute path, size and
+  SHA-256; a folder's or cached snapshot's files of the split, summed together;
 - every reward (``task.rewards``, or the one ``task.reward``) and the generator: the
   file that defines each, the SHA-256 of that file and of the function's own source;
 - the base model: source, name and revision; for a local folder the SHA-256 of its
@@ -62,12 +63,41 @@ def _sha256_text(text: str) -> str:
 
 
 def _data(cfg: DictConfig) -> dict[str, Any] | None:
-    if cfg.task.source != TaskSource.jsonl or not cfg.task.path:
+    if cfg.task.source == TaskSource.generated or not cfg.task.path:
         return None
     path = Path(os.path.expanduser(str(cfg.task.path))).resolve()
-    if not path.is_file():
+    if path.is_file():
+        return {"path": str(path), "size": path.stat().st_size, "sha256": sha256_file(path)}
+    if cfg.task.source != TaskSource.dataset:
         return None  # the task's own check reports a missing file
-    return {"path": str(path), "size": path.stat().st_size, "sha256": sha256_file(path)}
+    files = _dataset_files(cfg)
+    if not files:
+        return None  # nothing to read: the task's own check says why
+    # A folder, a save_to_disk folder or a cached hub snapshot: one sum over each file's
+    # name (relative to the folder), size and SHA-256, so a rewritten shard is seen.
+    base = Path(os.path.commonpath([str(f.parent) for f in files]))
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(f"{file.relative_to(base)}\0{file.stat().st_size}\0".encode())
+        digest.update(sha256_file(file).encode() + b"\n")
+    size = sum(f.stat().st_size for f in files)
+    return {"path": str(base), "size": size, "sha256": digest.hexdigest()}
+
+
+def _dataset_files(cfg: DictConfig) -> list[Path]:
+    """The files ``task=dataset`` reads for its split (every file of a save_to_disk
+    folder), resolved and sorted; empty when the source cannot be read."""
+    from art_hydra.tasks import dataset
+
+    try:
+        source = dataset.resolve_source(str(cfg.task.path))
+    except (dataset.SourceError, OSError):
+        return []
+    if source.saved is not None:
+        found = [p for p in Path(source.saved).rglob("*") if p.is_file()]
+    else:
+        found = [Path(f) for f in (source.files or {}).get(str(cfg.task.split), ())]
+    return sorted({p.resolve() for p in found if p.is_file()})
 
 
 def _code(cfg: DictConfig, key: str) -> dict[str, Any] | None:

@@ -355,6 +355,23 @@ def generator_settings_with_a_file_task(cfg: DictConfig) -> Iterator[Problem]:
 
 
 @validator
+def dataset_settings_without_a_dataset(cfg: DictConfig) -> Iterator[Problem]:
+    """task.split and task.columns choose what task=dataset reads: other sources have
+    fixed layouts (a generator's examples, a JSONL file's prompt/answer keys)."""
+    task = cfg.task
+    if task.source == TaskSource.dataset:
+        return
+    yield from _inert(
+        cfg,
+        ["task.split", "task.columns"],
+        f"task.source={task.source.name} has no splits or column mapping (only task=dataset)",
+        "the dataset's split and columns are not used",
+        _drop,
+        ("task", "task.source", "experiment"),
+    )
+
+
+@validator
 def lower_clip_under_cispo(cfg: DictConfig) -> Iterator[Problem]:
     """CISPO caps the importance weight from above only (rl.epsilon_high)."""
     if cfg.algorithm.name != AlgorithmName.rl or cfg.rl.loss_type != LossType.cispo:

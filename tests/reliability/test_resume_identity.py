@@ -191,3 +191,30 @@ def test_an_edited_generator_is_refused_by_name(
     source.write_text(GENERATOR.replace('"abc"', '"abcd"'))
     (problem,) = run_identity.resume_problems(cfg, run)
     assert problem.key == "task.generator" and "source changed" in problem.reason
+
+
+@pytest.mark.slow
+def test_a_rewritten_shard_of_a_dataset_folder_is_refused(tmp_path: Path) -> None:
+    """task=dataset over a folder: every file of the split is part of the identity."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "train-00000.jsonl").write_text(_data(20))
+    (folder / "train-00001.jsonl").write_text(_data(20))
+    (tmp_path / "identity_reward.py").write_text(REWARD)
+    run = [w for w in RUN if not w.startswith("task")]
+    run += [
+        "task=dataset",
+        "task.path=data",
+        "task.allowed_modules=[identity_reward]",
+        "task.reward._target_=identity_reward.score",
+    ]
+    env = {"PYTHONPATH": str(tmp_path)}
+    assert run_cli(*run, cwd=tmp_path, env=env).returncode == 0
+    again = run_cli(*run, "resume=true", "dry_run=true", cwd=tmp_path, env=env)
+    assert again.returncode == 0, output_of(again)
+    shard = folder / "train-00001.jsonl"
+    shard.write_text(shard.read_text().replace("ab1", "ab7"))  # same size, other rows
+    proc = run_cli(*run, "resume=true", "dry_run=true", cwd=tmp_path, env=env)
+    out = output_of(proc)
+    assert proc.returncode == 1, out
+    assert "task.path = data" in out and "Traceback" not in out
