@@ -44,8 +44,10 @@ def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None
         use_gradient_checkpointing=checkpointing,
     )
     tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    # EOS and pad derived as the pre-flight said, the same way as the torch backend.
+    from art_hydra.backends.torch_backend import settle_special_tokens
+
+    settle_special_tokens(tokenizer, model, str(model_cfg.name))
     is_peft = model_cfg.finetune == FinetuneMethod.lora
     if is_peft:
         lora = model_cfg.lora
