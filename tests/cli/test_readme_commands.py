@@ -16,9 +16,11 @@ How a command is read (so the README can change freely):
 Names the README uses for the reader's own files are made real in the working folder
 or mapped to temporary paths (:data:`PLACEHOLDERS`); a placeholder this test does not
 know fails the test with its name, so a new one is added here, not skipped. Commands
-that cannot run on this machine are listed in :data:`NOT_HERE` with the reason, and a
-hub model that is not in the local Hugging Face cache (no network here) skips its
-command with the model's name.
+that cannot run on this machine are listed in :data:`NOT_HERE` with the reason. Hub
+models the shipped presets name are found in a Hugging Face cache this test builds
+(tiny real-family folders under those ids, no network), so their commands run the whole
+pre-flight; README code blocks that start with ``# file: name.py`` are the reader's
+files, written (and ``make_*.py`` run) before the commands.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -49,12 +52,9 @@ NOT_HERE: dict[str, str] = {
     "tested in tests/distributed",
 }
 
-#: Commands that need a change on another branch of issue 18, by a word they hold: a
-#: non-strict xfail until it is merged (then they pass, and this entry goes).
-PENDING: dict[str, str] = {
-    "my_pkg.rewards.my_reward": "art-hydra finds modules in the working folder as "
-    "python -m art_hydra does (issue 18 item 2, the rewards branch)",
-}
+#: Commands that need a change not made yet, by a word they hold: a non-strict xfail
+#: until it is (then they pass, and the entry goes).
+PENDING: dict[str, str] = {}
 
 #: Relative names the README uses for the reader's files, created in the working folder.
 DATA_ROWS = "".join(
@@ -71,6 +71,8 @@ REWARD_MODULE = (
 #: Placeholders of the README -> what this test puts there (``{tmp}``: the working
 #: folder). Checked in order; every token is rewritten with each that it contains.
 PLACEHOLDERS: dict[str, str] = {
+    # The README's model folder: a tiny Qwen2-family folder (Qwen's tokenizer, ChatML).
+    "/path/to/Qwen2.5-0.5B-Instruct": "{model}",
     "/home/me/": "{tmp}/home/me/",  # an example user's absolute paths
     "/path/to/data.jsonl": "{tmp}/data.jsonl",
     "/path/to/": "{tmp}/",
@@ -128,7 +130,60 @@ def _block_commands(block: list[tuple[int, str]]) -> list[Command]:
     return found
 
 
-def _words(command: str, tmp: Path) -> list[str]:
+#: A README code block that starts with this line is a file of the reader's: written
+#: into the working folder under that name (and run, when it is a ``make_*.py``).
+_FILE_BLOCK = re.compile(r"^# file: (\S+\.py)$")
+
+
+def readme_files(text: str) -> dict[str, str]:
+    """The files the README's code blocks spell out, by name."""
+    files: dict[str, str] = {}
+    lines, inside, block = text.splitlines(), False, []
+    for line in lines:
+        if _FENCE.match(line):
+            if inside and block and _FILE_BLOCK.match(block[0].strip()):
+                name = _FILE_BLOCK.match(block[0].strip()).group(1)  # type: ignore[union-attr]
+                files[name] = "\n".join(block[1:]) + "\n"
+            inside, block = not inside, []
+        elif inside:
+            block.append(line)
+    return files
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What the README's commands need besides the reader's small files, built once: a
+    model folder, a Hugging Face cache holding every hub model the shipped presets name
+    (so their commands run the whole pre-flight on a real-family folder, no network), and
+    the files the README's own code blocks write (``make_data.py`` run)."""
+    from model_folders import chatml_model, hub_cache_entry
+
+    root = tmp_path_factory.mktemp("readme_world")
+    model = chatml_model(root / "model")
+    for name in _hub_ids():
+        hub_cache_entry(model, root / "hf", name)
+    files = root / "files"
+    files.mkdir()
+    for name, source in readme_files(README.read_text(encoding="utf-8")).items():
+        (files / name).write_text(source)
+        if name.startswith("make_"):
+            made = subprocess.run(
+                [sys.executable, name], cwd=files, capture_output=True, text=True, timeout=300
+            )
+            assert made.returncode == 0, f"README's {name}: {made.stdout}{made.stderr}"
+    return root
+
+
+def _hub_ids() -> set[str]:
+    """Every hub id a shipped model option or experiment names."""
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    found = set()
+    for path in [*conf.glob("model/*.yaml"), *conf.glob("experiment/*.yaml")]:
+        found |= set(re.findall(r"^\s*name:\s*([\w.-]+/[\w.-]+)\s*$", path.read_text(), re.M))
+    return found
+
+
+def _words(command: str, tmp: Path, model: Path | None = None) -> list[str]:
     """The command's words, comments, redirections and ``...`` dropped, placeholders
     replaced."""
     words = shlex.split(command, comments=True)
@@ -144,7 +199,7 @@ def _words(command: str, tmp: Path) -> list[str]:
         if word == "..." or re.match(r"^[12]?>", word):
             continue
         for name, real in PLACEHOLDERS.items():
-            word = word.replace(name, real.format(tmp=tmp))
+            word = word.replace(name, real.format(tmp=tmp, model=model))
         kept.append(word)
     unknown = [w for w in kept if "/path/to" in w or re.search(r"=<[^>]*>", w)]
     assert not unknown, f"add these placeholders to PLACEHOLDERS: {unknown}"
@@ -165,8 +220,11 @@ def _argv(words: list[str]) -> list[str]:
     return cmd + args
 
 
-def _setup(tmp: Path) -> None:
+def _setup(tmp: Path, world: Path | None = None) -> None:
     """The reader's own files the README names, made real."""
+    if world is not None:
+        for made in (world / "files").iterdir():
+            shutil.copy(made, tmp / made.name)
     (tmp / "data.jsonl").write_text(DATA_ROWS)
     my_conf = tmp / "my_conf" / "model"
     my_conf.mkdir(parents=True)
@@ -177,7 +235,7 @@ def _setup(tmp: Path) -> None:
     (tmp / "my_pkg" / "rewards.py").write_text(REWARD_MODULE)
 
 
-def _hub_model_missing(words: list[str]) -> str | None:
+def _hub_model_missing(words: list[str], world: Path) -> str | None:
     """The hub id a command's model preset downloads, when it is not in the local
     Hugging Face cache (no network on this machine), else None."""
     from hydra.types import RunMode
@@ -189,13 +247,12 @@ def _hub_model_missing(words: list[str]) -> str | None:
         return None
     try:
         cfg = make_loader().load_configuration("config", groups, run_mode=RunMode.RUN)
-    except Exception:
+        name, source = str(cfg.model.name), str(cfg.model.source)
+    except Exception:  # model=pretrained names its folder on the command line
         return None
-    name, source = str(cfg.model.name), str(cfg.model.source)
     if "pretrained" not in source or os.path.isdir(os.path.expanduser(name)):
         return None
-    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-    hub = Path(os.environ.get("HF_HUB_CACHE", home / "hub"))
+    hub = world / "hf" / "hub"
     cached = hub / f"models--{name.replace('/', '--')}" / "snapshots"
     return None if any(cached.glob("*/config.json")) else name
 
@@ -230,9 +287,11 @@ def _train_a_run(folder: str, cwd: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+def _env(world: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "HF_HUB_CACHE")}
     env["HF_HUB_OFFLINE"] = "1"  # no network here: a download would hang, not fail
+    if world is not None:
+        env["HF_HOME"] = str(world / "hf")
     return env
 
 
@@ -266,14 +325,14 @@ def test_the_readme_has_commands_and_every_block_is_read() -> None:
 
 
 @pytest.mark.parametrize("command", _params())
-def test_readme_command_runs_as_written(command: Command, tmp_path: Path) -> None:
+def test_readme_command_runs_as_written(command: Command, tmp_path: Path, world: Path) -> None:
     words = shlex.split(command.text, comments=True)
     for start, why in NOT_HERE.items():
         if command.text.startswith(start):
             pytest.skip(f"README line {command.line}: {why}")
-    _setup(tmp_path)
-    words = _words(command.text, tmp_path)
-    missing = _hub_model_missing(words)
+    _setup(tmp_path, world)
+    words = _words(command.text, tmp_path, world / "model")
+    missing = _hub_model_missing(words, world)
     if missing is not None:
         pytest.skip(
             f"README line {command.line} uses the hub model {missing}, which is not in this "
@@ -284,7 +343,7 @@ def test_readme_command_runs_as_written(command: Command, tmp_path: Path) -> Non
         _train_a_run(resumed, tmp_path)
     argv = _argv(words)
     proc = subprocess.run(
-        argv, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300
+        argv, cwd=tmp_path, env=_env(world), capture_output=True, text=True, timeout=300
     )
     out = proc.stdout + proc.stderr
     assert "Traceback" not in out, f"README line {command.line}: {' '.join(argv)}\n{out}"
@@ -292,3 +351,40 @@ def test_readme_command_runs_as_written(command: Command, tmp_path: Path) -> Non
         assert proc.returncode == 1 and _REFUSAL in out, f"line {command.line}:\n{out}"
     else:
         assert proc.returncode == 0, f"README line {command.line}: {' '.join(argv)}\n{out}"
+
+
+@pytest.mark.slow
+def test_the_readme_trl_example_trains_and_logs_each_reward(tmp_path: Path, world: Path) -> None:
+    """The README's end-to-end example (a TRL-format dataset, two TRL-style rewards, a
+    real-family model folder) runs for real: two steps, each reward logged on its own."""
+    import json
+
+    (command,) = [
+        c for c in readme_commands(README.read_text(encoding="utf-8")) if "my_rewards" in c.text
+    ]
+    _setup(tmp_path, world)
+    words = _words(command.text, tmp_path, world / "model")
+    quick = [
+        "trainer.max_steps=2",
+        "trainer.per_device_train_batch_size=8",
+        "rl.num_generations=4",
+        "rl.max_completion_length=4",
+        "logging.progress_bar=off",
+        "logging.plot=false",
+        "logging.tensorboard=false",
+        "hydra.run.dir=run",
+    ]
+    proc = subprocess.run(
+        [ART_HYDRA, *words[1:], *quick],
+        cwd=tmp_path,
+        env=_env(world),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Traceback" not in out, out
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines][-1] == 2
+    for name in ("accuracy", "format_ok"):
+        assert f"reward/{name}/mean" in lines[-1], lines[-1]

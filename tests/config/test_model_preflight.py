@@ -11,151 +11,36 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import output_of, problem_about, report_entries, run_cli
+from model_folders import (
+    CHATML,
+    GEMMA_LIKE,
+    LLAMA_LIKE,
+    hub_cache_entry,
+)
+from model_folders import (
+    char_tokenizer as _char_tokenizer,
+)
+from model_folders import (
+    gpt2_tokenizer as _gpt2_tokenizer,
+)
+from model_folders import (
+    qwen_tokenizer as _qwen_tokenizer,
+)
+from model_folders import (
+    random_model as _model,
+)
+from model_folders import (
+    sentencepiece_style as _sentencepiece_style,
+)
 
 from art_hydra import Severity, compose
 from art_hydra.folder_tokenizer import load as load_folder_tokenizer
 from art_hydra.preflight import world_problems
 from art_hydra.preflight.lengths import FolderCounter, Lengths, TinyCounter, length_problems
 from art_hydra.tasks.examples import Example
-
-#: A ChatML template (Qwen's shape): no BOS, the turn markers as special tokens.
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-#: A Llama-style template that writes BOS itself and uses the loop controls, tojson,
-#: raise_exception and the generation block transformers gives templates.
-LLAMA_LIKE = (
-    "{{ bos_token }}{% for m in messages %}"
-    "{% if m['role'] not in ['system', 'user', 'assistant'] %}"
-    "{{ raise_exception('bad role') }}{% endif %}"
-    "{% if m['role'] == 'system' %}[SYS]{{ m['content'] | trim }}[/SYS]{% continue %}{% endif %}"
-    "[{{ m['role'] | upper }}] {{ m['content'] | tojson }}\n"
-    "{% endfor %}{% if add_generation_prompt %}{% generation %}[ASSISTANT]{% endgeneration %}"
-    "{% endif %}"
-)
-SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>", "<|im_start|>", "<|im_end|>"]
-CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ =+-*/0123456789\n[]\"'.,:?!_|<>"
-SMALL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1}
-HEADS = {"num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16}
-
-
-def _char_tokenizer(
-    folder: Path,
-    template: str | None = None,
-    bos_post: bool = True,
-    eos: str | None = "<eos>",
-    pad: str | None = "<pad>",
-) -> int:
-    """A character tokenizer saved by transformers (``TokenizersBackend``), with the turn
-    markers as special tokens; BOS added by the post-processor or not, EOS and pad named
-    or not. Returns its size."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {token: i for i, token in enumerate(SPECIALS)}
-    for ch in CHARS:
-        vocab.setdefault(ch, len(vocab))
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    if bos_post:
-        core.post_processor = processors.TemplateProcessing(
-            single="<bos> $A", special_tokens=[("<bos>", vocab["<bos>"])]
-        )
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        bos_token="<bos>",
-        unk_token="<unk>",
-        eos_token=eos,
-        pad_token=pad,
-        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
-    )
-    if template:
-        tokenizer.chat_template = template
-    tokenizer.save_pretrained(folder)
-    return len(tokenizer)
-
-
-def _qwen_tokenizer(folder: Path) -> int:
-    """Qwen's own tokenizer class (byte-level BPE, no merges) with its turn markers and
-    ChatML: what AutoTokenizer builds for model_type qwen2 whatever the folder says."""
-    from tokenizers import pre_tokenizers
-    from transformers import Qwen2Tokenizer
-
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {c: i for i, c in enumerate(["<|endoftext|>", *alphabet])}
-    tokenizer = Qwen2Tokenizer(
-        vocab=vocab, merges=[], unk_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>"
-    )
-    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
-    tokenizer.chat_template = CHATML
-    tokenizer.save_pretrained(folder)
-    return len(tokenizer)
-
-
-def _gpt2_tokenizer(folder: Path) -> int:
-    from tokenizers import pre_tokenizers
-    from transformers import GPT2Tokenizer
-
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {c: i for i, c in enumerate(["<|endoftext|>", *alphabet])}
-    tokenizer = GPT2Tokenizer(vocab=vocab, merges=[])
-    tokenizer.save_pretrained(folder)
-    return len(tokenizer)
-
-
-def _sentencepiece_style(folder: Path, cls: str, template: str) -> int:
-    """Llama's or Gemma's own class: metaspace BPE with byte fallback, BOS by the
-    post-processor and (Llama) by the template too."""
-    import transformers
-
-    pieces = [
-        "<unk>",
-        "<s>",
-        "</s>",
-        "<pad>",
-        "<bos>",
-        "<eos>",
-        "\u2581",
-        *"abcdefghijklmnopqrstuvwxyz",
-    ]
-    pieces += [*"=+0123456789?", *(f"<0x{b:02X}>" for b in range(256))]
-    vocab = {piece: i for i, piece in enumerate(dict.fromkeys(pieces))}
-    tokenizer = getattr(transformers, cls)(vocab=vocab, merges=[])
-    tokenizer.chat_template = template
-    tokenizer.save_pretrained(folder)
-    return len(tokenizer)
-
-
-def _model(
-    folder: Path, model_type: str, vocab: int, shard: str | None = None, **extra: Any
-) -> None:
-    """Random weights of a real family, tiny, saved with save_pretrained."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    if model_type == "gpt2":
-        sizes: dict[str, Any] = {"n_embd": 32, "n_layer": 1, "n_head": 2}
-    else:
-        sizes = {**SMALL, **HEADS}
-    ids = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
-    config = AutoConfig.for_model(model_type, vocab_size=vocab, **sizes, **ids, **extra)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config)
-    model.save_pretrained(folder, **({"max_shard_size": shard} if shard else {}))
-
-
-#: A Gemma-style template: BOS written by the template, turns as plain text.
-GEMMA_LIKE = (
-    "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n"
-    "{{ m['content'] | trim }}<end_of_turn>\n{% endfor %}"
-    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
-)
 
 
 @pytest.fixture(scope="module")
@@ -403,27 +288,12 @@ def test_a_hub_id_absent_is_refused_by_the_cli_at_once(tmp_path: Path) -> None:
     assert "hf download acme/tiny-model" in out and "Traceback" not in out
 
 
-def _cache(families: dict[str, Path], name: str, hf_home: Path, repo: str) -> Path:
-    """The hub cache's layout: blobs, a snapshot of links to them, refs/main."""
-    root = hf_home / "hub" / f"models--{repo.replace('/', '--')}"
-    snapshot = root / "snapshots" / "0123abcd"
-    snapshot.mkdir(parents=True)
-    (root / "blobs").mkdir()
-    for i, path in enumerate(sorted(families[name].iterdir())):
-        blob = root / "blobs" / f"blob{i}"
-        shutil.copy(path, blob)
-        (snapshot / path.name).symlink_to(os.path.relpath(blob, snapshot))
-    (root / "refs").mkdir()
-    (root / "refs" / "main").write_text("0123abcd")
-    return snapshot
-
-
 def test_a_cached_hub_id_is_checked_in_its_snapshot(
     families: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-    _cache(families, "qwen2", tmp_path, "acme/tiny-qwen")
+    hub_cache_entry(families["qwen2"], tmp_path, "acme/tiny-qwen")
     assert _world(_pretrained("acme/tiny-qwen")) == []
     # The snapshot's files are checked like a folder's: the prompt budget with its template.
     long = problem_about(
@@ -440,7 +310,7 @@ def test_a_cached_hub_id_is_checked_in_its_snapshot(
     ).unlink()
     (partial,) = _world(_pretrained("acme/tiny-qwen"))
     assert "no weights" in partial.reason and "hf download acme/tiny-qwen" in partial.fix.render()
-    gpt2 = _cache(families, "gpt2", tmp_path, "acme/tiny-gpt2")
+    gpt2 = hub_cache_entry(families["gpt2"], tmp_path, "acme/tiny-gpt2")
     assert gpt2.is_dir()
     found = _world(
         _pretrained("acme/tiny-gpt2", "model.max_seq_length=64", "rl.max_prompt_length=16")
