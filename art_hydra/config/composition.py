@@ -13,6 +13,7 @@ Nothing here imports torch, transformers, peft or unsloth.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.util
 import os
@@ -455,6 +456,9 @@ def _group_choice_problem(loader: ConfigLoader, override: Override) -> Problem |
 def _value_override_problem(cfg: DictConfig, override: Override, exc: BaseException) -> Problem:
     key = override.key_or_group
     value = override.value()
+    entries = _entry_list(key)
+    if entries is not None and not override.is_delete():
+        return _entry_list_problem(cfg, key, value, entries)
     cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
     target = OmegaConf.select(cfg, key, throw_on_missing=False)
     if override.is_delete():
@@ -490,6 +494,93 @@ def _value_override_problem(cfg: DictConfig, override: Override, exc: BaseExcept
         return unknown_key_problem(key, value, OmegaConf.get_type(parent))
     kind = _field_type(key)
     return type_problem(key, value, kind, getattr(kind, "__name__", str(kind)))
+
+
+def _entry_list(key: str) -> tuple[str, type] | None:
+    """(the list's key, its entry class) when ``key`` is a list of structured entries
+    (``task.rewards``) or lies inside one (``task.rewards.0.weight``)."""
+    parts = key.split(".")
+    for end in range(len(parts), 0, -1):
+        kind = _field_type(".".join(parts[:end]))
+        args = typing.get_args(kind)
+        if typing.get_origin(kind) is list and args and dataclasses.is_dataclass(args[0]):
+            return ".".join(parts[:end]), args[0]
+    return None
+
+
+def _entry_list_problem(
+    cfg: DictConfig, key: str, value: Any, entries: tuple[str, type]
+) -> Problem:
+    """A list of entries set or edited wrongly: what an entry is, and the whole list
+    written out right (a fix that works however the list stood)."""
+    list_key, entry_cls = entries
+    names = [f.name for f in dataclasses.fields(entry_cls)]
+    shape = "{" + ", ".join(f"{n}: ..." for n in names) + "}"
+    current = OmegaConf.select(cfg, list_key, default=None)
+    have = OmegaConf.to_container(current) if current is not None else []
+    if key == list_key and isinstance(value, list):
+        wanted, why = _entries_meant(value, names)
+    else:  # an edit inside the list: task.rewards.<i>.<field>
+        index, _, leaf = key[len(list_key) + 1 :].partition(".")
+        wanted = [dict(e) for e in have] if isinstance(have, list) else []
+        if not index.isdigit():
+            why = f"'{index}' is not an index of the list {list_key} (0, 1, ...)"
+        elif int(index) >= len(wanted):
+            shorthand = OmegaConf.select(cfg, "task.reward._target_", default=None)
+            first = {"_target_": shorthand} if list_key == "task.rewards" and shorthand else {}
+            count = f"{len(wanted)} entr{'y' if len(wanted) == 1 else 'ies'}"
+            why = f"{list_key} has {count}, so no entry {index}"
+            while len(wanted) <= int(index):
+                wanted.append(dict(first) if not wanted and first else {})
+        else:
+            why = ""
+        if leaf and leaf not in names:
+            close = difflib.get_close_matches(leaf, names, n=1, cutoff=0.6)
+            why = f"'{leaf}' is not a key of an entry" + (
+                f" (did you mean {close[0]}?)" if close else ""
+            )
+            leaf = close[0] if close else ""
+        if index.isdigit() and leaf:
+            wanted[int(index)][leaf] = value
+    missing = [i for i, e in enumerate(wanted) if "_target_" in names and not e.get("_target_")]
+    for i in missing:
+        wanted[i]["_target_"] = placeholder("module.function")
+    reason = (
+        f"cannot be applied: each entry of {list_key} is a mapping {shape}"
+        + (f"; {why}" if why else "")
+        + "."
+    )
+    return Problem(key, value, reason, fix({list_key: wanted}, drops=(key,)), Kind.override)
+
+
+def _entries_meant(value: list, names: list[str]) -> tuple[list[dict], str]:
+    """What a list of entries written wrongly most likely meant: a bare string is an
+    entry's first field (``_target_``); a misspelt field its nearest name."""
+    wanted, why = [], []
+    for i, item in enumerate(value):
+        if isinstance(item, str):
+            wanted.append({names[0]: item})
+            why.append(f"entry {i} is a string, not a mapping")
+        elif isinstance(item, dict):
+            entry = {}
+            for k, v in item.items():
+                close = (
+                    k
+                    if k in names
+                    else (difflib.get_close_matches(str(k), names, n=1) or [None])[0]
+                )
+                if close != k:
+                    why.append(
+                        f"entry {i} has '{k}', not a key of an entry"
+                        + (f" (did you mean {close}?)" if close else "")
+                    )
+                if close:
+                    entry[close] = v
+            wanted.append(entry)
+        else:
+            wanted.append({})
+            why.append(f"entry {i} is {type(item).__name__}, not a mapping")
+    return wanted, "; ".join(why)
 
 
 def _holds(cfg: DictConfig, key: str) -> bool:

@@ -69,6 +69,8 @@ def override_value(value: Any) -> str:
         return str(value.name)
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(override_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{override_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, float) and value == int(value) and abs(value) < 1e15:
         return repr(value)
     return str(value)

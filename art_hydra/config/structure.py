@@ -150,7 +150,7 @@ def _resolve_item(node: Any, key: Any, path: str, problems: list[Problem]) -> bo
 def _resolve_container(node: DictConfig | ListConfig, path: str, problems: list[Problem]) -> None:
     keys = range(len(node)) if isinstance(node, ListConfig) else list(node.keys())
     for key in keys:
-        sub = f"{path}[{key}]" if isinstance(node, ListConfig) else f"{path}.{key}"
+        sub = f"{path}.{key}"
         if _resolve_item(node, key, sub, problems):
             child = node[key]
             if isinstance(child, (DictConfig, ListConfig)):

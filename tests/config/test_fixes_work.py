@@ -163,6 +163,18 @@ CASES: dict[str, Case] = {
     "run_dir_impossible": Case(("hydra.run.dir=/proc/art_hydra_run",), "hydra.run.dir"),
     "run_dir_not_a_run_folder": Case(("hydra.run.dir={tmp}/run",), "hydra.run.dir", _stray_run_dir),
     "resume_nothing": Case(("resume=true",), "resume"),
+    # A list of reward entries written or edited wrongly: the fix writes the list out.
+    "rewards_as_strings": Case(
+        ("task.rewards=[art_hydra.tasks.rewards.exact_match]",), "task.rewards"
+    ),
+    "rewards_misspelt_field": Case(
+        ("task.rewards=[{_target_: art_hydra.tasks.rewards.exact_match, wieght: 2}]",),
+        "task.rewards",
+    ),
+    "rewards_entry_absent": Case(("task.rewards.0.weight=2",), "task.rewards.0.weight"),
+    "rewards_entry_without_target": Case(
+        ("task.rewards=[{weight: 2}]",), "task.rewards.0._target_"
+    ),
     "world_size_without_torchrun": Case(
         (),
         "distributed.world_size",
