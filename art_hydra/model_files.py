@@ -74,45 +74,58 @@ def known_model_types() -> frozenset[str] | None:
     """Every ``model_type`` the installed transformers maps to a config class (its
     ``CONFIG_MAPPING_NAMES``), read from the source with :mod:`ast`; None when
     transformers is not installed or its source has moved (the check is then skipped)."""
+    return _auto_mapping("CONFIG_MAPPING_NAMES", ("auto_mappings.py", "configuration_auto.py"))
+
+
+@functools.cache
+def causal_lm_model_types() -> frozenset[str] | None:
+    """The ``model_type`` values ``AutoModelForCausalLM`` can build (its
+    ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``): a known type outside it (t5, vit, whisper)
+    has no causal-LM class, and the load would fail."""
+    return _auto_mapping(
+        "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", ("auto_mappings.py", "modeling_auto.py")
+    )
+
+
+def _auto_mapping(mapping: str, sources: tuple[str, ...]) -> frozenset[str] | None:
+    """The keys of one of transformers' auto mappings, read from its source files."""
     spec = importlib.util.find_spec("transformers")
     if spec is None or not spec.submodule_search_locations:
         return None
     auto = Path(next(iter(spec.submodule_search_locations))) / "models" / "auto"
+    start = re.compile(rf"^{mapping}(\s*=|\.update\()", re.MULTILINE)
     names: set[str] = set()
-    for source in ("auto_mappings.py", "configuration_auto.py"):
+    for source in sources:
         try:
             text = (auto / source).read_text(encoding="utf-8")
-            for chunk in _mapping_statements(text):
-                names |= _mapping_keys(ast.parse(chunk))
+            for chunk in _mapping_statements(text, start):
+                names |= _mapping_keys(ast.parse(chunk), mapping)
         except (OSError, SyntaxError, ValueError):
             continue
     return frozenset(names) or None
 
-
-#: A top-level statement that builds or extends CONFIG_MAPPING_NAMES.
-_MAPPING_START = re.compile(r"^CONFIG_MAPPING_NAMES(\s*=|\.update\()", re.MULTILINE)
 #: The next top-level line that is not a closing bracket: where that statement ended.
 _NEXT_STATEMENT = re.compile(r"^[^\s)\]}#]", re.MULTILINE)
 
 
-def _mapping_statements(text: str) -> list[str]:
+def _mapping_statements(text: str, start_at: re.Pattern[str]) -> list[str]:
     """The source of each top-level statement that touches CONFIG_MAPPING_NAMES (parsing
     only these is ten times faster than the whole module, which holds other mappings)."""
     chunks = []
-    for start in _MAPPING_START.finditer(text):
+    for start in start_at.finditer(text):
         end = _NEXT_STATEMENT.search(text, start.end())
         chunks.append(text[start.start() : end.start() if end else len(text)])
     return chunks
 
 
-def _mapping_keys(tree: ast.Module) -> set[str]:
+def _mapping_keys(tree: ast.Module, mapping: str) -> set[str]:
     """The string keys given to ``CONFIG_MAPPING_NAMES`` in a module: assigned as an
     ``OrderedDict([(key, cls), ...])`` or a dict, or added with ``.update({...})``."""
     keys: set[str] = set()
     for node in ast.walk(tree):
         value = None
         if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "CONFIG_MAPPING_NAMES" for t in node.targets
+            isinstance(t, ast.Name) and t.id == mapping for t in node.targets
         ):
             value = node.value
         elif (
@@ -120,7 +133,7 @@ def _mapping_keys(tree: ast.Module) -> set[str]:
             and isinstance(node.func, ast.Attribute)
             and node.func.attr == "update"
             and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "CONFIG_MAPPING_NAMES"
+            and node.func.value.id == mapping
         ):
             value = node
         if value is None:

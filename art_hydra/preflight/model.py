@@ -259,7 +259,19 @@ def _type_problems(cfg: DictConfig, config: dict[str, Any], name: str) -> list[P
             )
         ]
     if model_type in known:
-        return []
+        causal = model_files.causal_lm_model_types()
+        if causal is None or model_type in causal:
+            return []
+        return [
+            _name_problem(
+                name,
+                f"has model_type={model_type!r}, which the installed transformers knows but "
+                "cannot build as a causal language model (AutoModelForCausalLM has no class "
+                "for it: an encoder, a vision or an audio model), so loading it would fail.",
+                "point model.name at a decoder (causal LM) checkpoint, such as a Llama, Qwen, "
+                "Mistral or Gemma folder",
+            )
+        ]
     return [
         _name_problem(
             name,

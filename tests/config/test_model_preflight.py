@@ -229,6 +229,17 @@ def test_an_unknown_model_type(families: dict[str, Path], tmp_path: Path) -> Non
     assert "model_type='qwen99'" in reason and "does not know" in reason
 
 
+@pytest.mark.parametrize("model_type", ["t5", "vit", "clip"])
+def test_a_model_type_without_a_causal_lm_class(model_type: str, tmp_path: Path) -> None:
+    """A type transformers knows but AutoModelForCausalLM cannot build (an encoder-decoder,
+    a vision or an audio model) would fail at load: refused before it."""
+    from conftest import write_model_files
+
+    folder = write_model_files(tmp_path / model_type, {"model_type": model_type})
+    (reason,) = _reasons(_pretrained(folder))
+    assert f"model_type={model_type!r}" in reason and "causal language model" in reason
+
+
 def test_sizes_that_do_not_match_the_config(families: dict[str, Path], tmp_path: Path) -> None:
     folder = _copy(families, "llama", tmp_path)
     config = json.loads((folder / "config.json").read_text())
