@@ -111,7 +111,9 @@ def _anchor_paths(cfg: DictConfig) -> None:
     for key, when in PATH_KEYS:
         try:
             value = OmegaConf.select(cfg, key)
-            applies = when is None or str(OmegaConf.select(cfg, when[0])) == when[1]
+            chosen = OmegaConf.select(cfg, when[0]) if when else None
+            # An enum field reads back as the enum (ModelSource.pretrained): its name counts.
+            applies = when is None or getattr(chosen, "name", chosen) == when[1]
         except Exception:  # a value that does not resolve: the job's check reports it
             continue
         if not applies or not isinstance(value, str) or not value:

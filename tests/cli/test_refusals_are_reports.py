@@ -172,3 +172,26 @@ def test_a_relative_data_path_is_read_from_the_launch_folder_under_chdir(
     assert proc.returncode == 0, output_of(proc)
     assert "Traceback" not in output_of(proc)
     assert (tmp_path / "runs" / "one" / "metrics.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_a_relative_model_folder_is_read_from_the_launch_folder_under_chdir(
+    cli, tmp_path: Path
+) -> None:
+    """model.name is an enum-guarded path key (model.source=pretrained): anchored too."""
+    from model_folders import chatml_model
+
+    chatml_model(tmp_path / "models" / "qwen2")
+    proc = cli(
+        "model=pretrained",
+        "model.name=models/qwen2",
+        "rl.max_prompt_length=64",
+        "rl.max_completion_length=8",
+        "hydra.job.chdir=true",
+        "hydra.run.dir=runs/one",
+        *QUICK,
+        env={"HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.returncode == 0, output_of(proc)
+    assert "Traceback" not in output_of(proc)
+    assert (tmp_path / "runs" / "one" / "metrics.jsonl").exists()
