@@ -104,6 +104,7 @@ def _auto_mapping(mapping: str, sources: tuple[str, ...]) -> frozenset[str] | No
             continue
     return frozenset(names) or None
 
+
 #: The next top-level line that is not a closing bracket: where that statement ended.
 _NEXT_STATEMENT = re.compile(r"^[^\s)\]}#]", re.MULTILINE)
 

@@ -629,8 +629,8 @@ class TaskConfig:
     system_prompt: str | None = setting(
         None,
         help=(
-            "System message put before every text prompt (needs a model with a chat "
-            "template); conversational prompts keep their own messages."
+            "System message put first in every prompt (needs a model with a chat template); "
+            "a conversation that has its own system turn keeps it."
         ),
         legacy=None,
     )

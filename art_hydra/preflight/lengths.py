@@ -28,6 +28,7 @@ from art_hydra.config.problems import Problem, fix
 from art_hydra.config.schema import AlgorithmName, ModelSource
 from art_hydra.config.validators import budget_fix
 from art_hydra.preflight.common import world_problem
+from art_hydra.tasks.base import with_system_prompt
 from art_hydra.tasks.examples import Example
 
 #: Rows named in a data problem's reason (the count says how many more).
@@ -97,9 +98,7 @@ class FolderCounter:
         self.specials = _specials_pattern(_literal_tokens(tokenizer))
 
     def prompt(self, example: Example, system: str | None) -> tuple[int, bool]:
-        messages = list(example.messages) or [("user", example.prompt)]
-        if system and not example.messages:
-            messages.insert(0, ("system", system))
+        messages = list(with_system_prompt(example, system).messages) or [("user", example.prompt)]
         ids = self.tokenizer.prompt_ids(messages, example.prompt)
         return len(ids), self.unk is not None and self.unk in ids
 

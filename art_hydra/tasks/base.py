@@ -103,12 +103,17 @@ def generate_examples(task_cfg: Any, generator: Any, seed: int) -> list[Example]
 
 
 def with_system_prompt(example: Example, system_prompt: str | None) -> Example:
-    """``example`` with ``task.system_prompt`` before its text prompt, as a two-message
-    conversation the chat template renders; a conversational prompt keeps its own."""
-    if not system_prompt or example.messages:
+    """``example`` with ``task.system_prompt`` as its first turn: before a text prompt (a
+    two-message conversation the chat template renders), or before a conversation that
+    has no system turn of its own (TRL's usual ``[{"role": "user", ...}]``); a
+    conversation that brings its own system turn keeps it."""
+    if not system_prompt:
         return example
-    messages = (("system", system_prompt), ("user", example.prompt))
-    return replace(example, messages=messages)
+    if not example.messages:
+        return replace(example, messages=(("system", system_prompt), ("user", example.prompt)))
+    if any(role == "system" for role, _ in example.messages):
+        return example
+    return replace(example, messages=(("system", system_prompt), *example.messages))
 
 
 def iter_examples(

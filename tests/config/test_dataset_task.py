@@ -238,6 +238,22 @@ def test_a_system_prompt_needs_a_chat_template_and_its_fix_works(tmp_path: Path)
     assert first.messages == (("system", "Add."), ("user", "3+4="))
 
 
+def test_a_system_prompt_goes_first_in_a_conversation_without_its_own(tmp_path: Path) -> None:
+    """TRL's usual conversational prompt has no system turn: task.system_prompt leads it;
+    a conversation with its own system turn keeps that one."""
+    rows = [
+        {"prompt": [{"role": "user", "content": "3+4="}], "completion": "7"},
+        {
+            "prompt": [{"role": "system", "content": "Mine."}, {"role": "user", "content": "1+1="}],
+            "completion": "2",
+        },
+    ]
+    path = _write(tmp_path, "jsonl", rows)
+    ((_, bare), (_, own)) = _examples(path, "task.system_prompt=Add.")
+    assert bare.messages == (("system", "Add."), ("user", "3+4="))
+    assert own.messages == (("system", "Mine."), ("user", "1+1="))
+
+
 def test_chat_template_is_read_from_the_tokenizer_files(tmp_path: Path) -> None:
     def model(folder: str, files: dict[str, str]) -> Any:
         (tmp_path / folder).mkdir()
