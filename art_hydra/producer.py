@@ -77,11 +77,12 @@ def prompt_messages(example: Example) -> list[dict[str, str]]:
 def encode_prompt(tokenizer: Any, example: Example | str) -> list[int]:
     """Prompt ids: with a chat template, the template applied to :func:`prompt_messages`
     with the generation prompt (as TRL encodes conversational prompts); without one
-    (the tiny model) the plain text. A conversation on a tokenizer without a template
-    cannot be encoded faithfully and is refused (the pre-flight refuses it earlier)."""
+    (the tiny model), or for TRL's standard text rows (``example.plain``), the text. A
+    conversation on a tokenizer without a template cannot be encoded faithfully and is
+    refused (the pre-flight refuses it earlier)."""
     if isinstance(example, str):
         example = Example(prompt=example)
-    if getattr(tokenizer, "chat_template", None):
+    if getattr(tokenizer, "chat_template", None) and (example.messages or not example.plain):
         ids = tokenizer.apply_chat_template(
             prompt_messages(example), add_generation_prompt=True, tokenize=True
         )
@@ -96,9 +97,9 @@ def encode_prompt(tokenizer: Any, example: Example | str) -> list[int]:
     return list(tokenizer(example.prompt)["input_ids"])
 
 
-def _prompt_key(example: Example) -> tuple[str, tuple[tuple[str, str], ...]]:
+def _prompt_key(example: Example) -> tuple[str, tuple[tuple[str, str], ...], bool]:
     """What a prompt's encoding depends on (not its answer or other columns)."""
-    return example.prompt, example.messages
+    return example.prompt, example.messages, example.plain
 
 
 def encode_prompts(tokenizer: Any, examples: list[Example] | list[str]) -> list[list[int]]:

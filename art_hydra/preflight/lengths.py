@@ -98,8 +98,12 @@ class FolderCounter:
         self.specials = _specials_pattern(_literal_tokens(tokenizer))
 
     def prompt(self, example: Example, system: str | None) -> tuple[int, bool]:
-        messages = list(with_system_prompt(example, system).messages) or [("user", example.prompt)]
-        ids = self.tokenizer.prompt_ids(messages, example.prompt)
+        example = with_system_prompt(example, system)
+        if example.plain and not example.messages:  # TRL's standard text row: no template
+            ids = self.tokenizer.encode(example.prompt, add_special_tokens=True)
+        else:
+            messages = list(example.messages) or [("user", example.prompt)]
+            ids = self.tokenizer.prompt_ids(messages, example.prompt)
         return len(ids), self.unk is not None and self.unk in ids
 
     def answer(self, text: str) -> tuple[int, bool]:

@@ -248,7 +248,7 @@ def row_example(
         )
     used = {columns.prompt, columns.messages, "completion"}
     kept = {k: v for k, v in record.items() if k not in used}
-    return Example(prompt=text, answer=answer, messages=pairs, columns=kept)
+    return Example(prompt=text, answer=answer, messages=pairs, plain=not pairs, columns=kept)
 
 
 # ---- where the rows come from ------------------------------------------------------------

@@ -24,6 +24,10 @@ class Example:
     #: the template wraps as one user message. ``prompt`` then holds the messages' text,
     #: for logs and the tiny model's character set.
     messages: tuple[tuple[str, str], ...] = ()
+    #: A text prompt encoded as it is, without the chat template: TRL's standard format
+    #: (TRL templates conversational rows only). Generated and JSONL text prompts are
+    #: wrapped as one user turn when the tokenizer has a template.
+    plain: bool = False
     #: The row's other columns by their names in the data (TRL passes them to rewards
     #: as keyword arguments); not part of the example's identity.
     columns: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)

@@ -82,7 +82,9 @@ def test_prompts_are_encoded_as_the_chat_template_encodes_them(
     cfg, loaded = load_family(chat_model, overrides=overrides)
     tok = loaded.tokenizer
     conversational, text = build_task(cfg).examples
-    assert encode_prompt(tok, conversational) == _ids(tok, [{"role": "user", "content": "3+4="}])
+    # task.system_prompt leads a conversation that has no system turn of its own
+    led = [{"role": "system", "content": "Add."}, {"role": "user", "content": "3+4="}]
+    assert encode_prompt(tok, conversational) == _ids(tok, led)
     # a text prompt under task.system_prompt: system, then the text as the user's turn
     system = [{"role": "system", "content": "Add."}, {"role": "user", "content": "1+1="}]
     assert encode_prompt(tok, text) == _ids(tok, system)
@@ -92,6 +94,13 @@ def test_prompts_are_encoded_as_the_chat_template_encodes_them(
         _ids(tok, system),
     ]
     assert encode_prompt(tok, "5=") == _ids(tok, [{"role": "user", "content": "5="}])
+    assert world_problems(cfg, None) == []
+    # Without a system prompt a standard text row is encoded as TRL encodes it: the text
+    # alone, no template (TRL templates conversational rows only).
+    cfg, _ = load_family(chat_model, overrides=[o for o in overrides if "system" not in o])
+    conversational, text = build_task(cfg).examples
+    assert text.plain and encode_prompt(tok, text) == list(tok("1+1=")["input_ids"])
+    assert encode_prompt(tok, conversational) == _ids(tok, [{"role": "user", "content": "3+4="}])
     assert world_problems(cfg, None) == []
 
 
