@@ -25,7 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 from art_hydra.config.bounds import canonical, schema_default, type_hints
 from art_hydra.config.fields import help_of
 from art_hydra.config.hydra_compat import raw_value
-from art_hydra.config.problems import Kind, Problem, fix, placeholder
+from art_hydra.config.problems import Kind, Problem, fix, override_value, placeholder
 from art_hydra.config.schema import RunConfig
 
 #: The top-level key that belongs to Hydra, not to the run.
@@ -233,6 +233,18 @@ def type_problem(path: str, value: Any, kind: Any, expected: str) -> Problem:
         default = schema_default(RunConfig, path)
     except (KeyError, TypeError):
         default = None
+    if dataclasses.is_dataclass(default):  # a whole section: its keys are set one by one
+        return Problem(
+            path,
+            value,
+            f"has the wrong type: {path} is a section ({expected}), not a value.",
+            fix(
+                note=f"drop {path}={override_value(value)}; set its keys one by one "
+                f"({path}.<key>=...)",
+                drops=(path,),
+            ),
+            Kind.type,
+        )
     suggestion = (
         fix({path: default}, expected)
         if default is not None

@@ -163,6 +163,7 @@ CASES: dict[str, Case] = {
     "run_dir_impossible": Case(("hydra.run.dir=/proc/art_hydra_run",), "hydra.run.dir"),
     "run_dir_not_a_run_folder": Case(("hydra.run.dir={tmp}/run",), "hydra.run.dir", _stray_run_dir),
     "resume_nothing": Case(("resume=true",), "resume"),
+    "section_set_to_null": Case(("model.lora=null",), "model.lora"),
     # A list of reward entries written or edited wrongly: the fix writes the list out.
     "rewards_as_strings": Case(
         ("task.rewards=[art_hydra.tasks.rewards.exact_match]",), "task.rewards"
