@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import os
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -274,7 +275,7 @@ def _gather(cfg: DictConfig, rules: DataRules) -> DataStats | tuple[str, Any]:
             fix({"task.path": placeholder("a readable json, jsonl, csv or parquet file")}),
         )
     if scan.note is not None:  # the source itself: nothing to list by row
-        return scan.errors[0].removeprefix(f"{cfg.task.path}: "), fix(note=scan.note)
+        return scan.errors[0].removeprefix(f"{cfg.task.path}: "), _note_fix(scan.note)
     if scan.error_count:
         n = scan.error_count
         what = {TaskSource.generated: "example", TaskSource.jsonl: "line"}.get(
@@ -295,6 +296,13 @@ def _gather(cfg: DictConfig, rules: DataRules) -> DataStats | tuple[str, Any]:
             empty = f"1 line cannot be used:\n{cfg.task.path}: no examples (the file is empty)"
         return empty, fix({"task.path": placeholder("data with examples")})
     return stats
+
+
+def _note_fix(note: str) -> Any:
+    """A source's remedy: ``task.path=<...>`` becomes a marked placeholder (the user's own
+    path goes there); anything else stays an instruction."""
+    match = re.fullmatch(r"task\.path=<([^>]+)>", note)
+    return fix({"task.path": placeholder(match.group(1))}) if match else fix(note=note)
 
 
 def _fingerprint(path: str) -> tuple:

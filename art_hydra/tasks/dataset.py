@@ -289,7 +289,7 @@ def resolve_source(path: str) -> Source:
         )
         raise SourceError(
             f"is {what} (nor a hub dataset id, owner/name)",
-            "task.path=/path/to/data.parquet",
+            "task.path=<a data file, a folder of them or a cached hub dataset id>",
         )
     snapshot = _cached_snapshot(path)
     return Source(path, files=_folder_files(snapshot), base=snapshot)
