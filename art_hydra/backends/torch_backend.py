@@ -117,15 +117,41 @@ def load_base(model_cfg: Any, seed: int, charset: str | None = None) -> tuple[An
         model_cfg.name, revision=model_cfg.revision, trust_remote_code=model_cfg.trust_remote_code
     )
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(
+    model, info = AutoModelForCausalLM.from_pretrained(
         model_cfg.name,
         revision=model_cfg.revision,
         trust_remote_code=model_cfg.trust_remote_code,
         dtype=torch_dtype(model_cfg.dtype),
         use_safetensors=True,  # never unpickle weights (a pickle can run any code)
+        output_loading_info=True,
     )
+    _refuse_missing_weights(model, info, str(model_cfg.name))
     settle_special_tokens(tokenizer, model, str(model_cfg.name))
     return model, tokenizer
+
+
+class MissingWeightsError(CompactHydraException, ValueError):
+    """The checkpoint lacks weights the architecture needs: transformers would start them
+    at random and the run would fine-tune a partly random model without a word."""
+
+
+def _refuse_missing_weights(model: Any, info: dict[str, Any], name: str) -> None:
+    """Refuse a load that left weights at their random start (a truncated re-save, a
+    shard from another revision). A head tied to the embeddings is not missing."""
+    tied = set()
+    if getattr(model.config, "tie_word_embeddings", False):
+        tied = {n for n, _ in model.named_parameters() if n.endswith("lm_head.weight")}
+    missing = sorted(set(info.get("missing_keys") or ()) - tied)
+    if missing:
+        shown = ", ".join(missing[:5]) + (
+            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        )
+        raise MissingWeightsError(
+            f"model.name={name}: the checkpoint has no weights for {len(missing)} tensor(s) "
+            f"the architecture needs ({shown}); transformers would start them at random and "
+            "the run would train a partly random model. Fix: point model.name at the complete "
+            "folder save_pretrained wrote (or download it again: hf download <id>)."
+        )
 
 
 class MissingTokenError(CompactHydraException, ValueError):

@@ -68,3 +68,26 @@ def test_rl_and_sft_train_on_a_tokenizer_without_eos_or_pad(tmp_path: Path, algo
     cfg = compose(_overrides(folder, f"algorithm={algorithm}"))
     summary = train(cfg, run_dir=tmp_path / "run")
     assert summary["steps"] == 2
+
+
+def test_a_checkpoint_missing_weights_is_refused_at_load(tmp_path: Path) -> None:
+    """A truncated re-save (a norm and a projection gone) would train a partly random
+    model: the load refuses it, naming the tensors; the complete folder loads."""
+    from model_folders import chatml_model
+    from omegaconf import OmegaConf
+    from safetensors.torch import load_file, save_file
+
+    from art_hydra.backends.torch_backend import MissingWeightsError, load_base
+    from art_hydra.config.schema import ModelConfig, ModelSource
+
+    folder = chatml_model(tmp_path / "qwen2")
+    model_cfg = OmegaConf.structured(ModelConfig(name=str(folder), source=ModelSource.pretrained))
+    load_base(model_cfg, seed=0)  # complete: loads (the tied head is not "missing")
+    weights = folder / "model.safetensors"
+    tensors = load_file(weights)
+    gone = [k for k in tensors if k.endswith("norm.weight")][:1]
+    gone += [k for k in tensors if k.endswith("v_proj.weight")][:1]
+    save_file({k: v for k, v in tensors.items() if k not in gone}, weights, {"format": "pt"})
+    with pytest.raises(MissingWeightsError) as raised:
+        load_base(model_cfg, seed=0)
+    assert all(name in str(raised.value) for name in gone)
