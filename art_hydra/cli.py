@@ -177,16 +177,18 @@ def main() -> None:
 
 
 def _working_folder_on_path() -> None:
-    """Put the working folder first on ``sys.path``, as ``python -m art_hydra`` has it.
+    """Put the working folder last on ``sys.path``, so modules there can be named.
 
     A console script's ``sys.path[0]`` is its own folder (the environment's ``bin``), so
     ``art-hydra task.reward._target_=my_rewards.score`` could not import the
-    ``my_rewards.py`` beside the user's data while ``python -m art_hydra`` can: both
-    commands must run the same code. Trust does not widen: which functions may run is
-    still decided by the markers and the user's hand (:mod:`art_hydra.config.targets`)."""
+    ``my_rewards.py`` beside the user's data. Last, not first (``python -m`` puts it
+    first): a ``jinja2.py`` or ``datasets.py`` lying in the folder must not replace the
+    library art_hydra imports later, which would run it unmarked and unchosen. Trust does
+    not widen: which functions may run is still decided by the markers and the user's
+    hand (:mod:`art_hydra.config.targets`)."""
     cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path[:1]:
-        sys.path.insert(0, cwd)
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
 
 
 def _main() -> None:

@@ -337,6 +337,27 @@ def test_the_same_list_on_the_command_line_runs_from_the_working_folder(tmp_path
     assert "reward: myrew.acc" in out and "reward: myrew.length" in out
 
 
+def test_a_library_named_file_in_the_working_folder_is_never_imported(tmp_path: Path) -> None:
+    """The working folder comes last on the import path: a ``datasets.py`` or
+    ``jinja2.py`` lying there does not replace the library art_hydra imports (it would run
+    unmarked and unchosen), while the user's own reward module there is still found."""
+    payload = f"import pathlib\npathlib.Path({str(tmp_path / 'PWNED')!r}).touch()\n"
+    for name in ("datasets", "jinja2", "pyarrow", "tokenizers"):
+        (tmp_path / f"{name}.py").write_text(payload)
+    (tmp_path / "myrew.py").write_text(MODULE)
+    (tmp_path / "data.jsonl").write_text('{"prompt": "ab=", "solution": "ba"}\n' * 4)
+    proc = run_cli(
+        "task=dataset",
+        "task.path=data.jsonl",
+        "task.rewards=[{_target_: myrew.acc}]",
+        "dry_run=true",
+        cwd=tmp_path,
+    )
+    out = output_of(proc)
+    assert not (tmp_path / "PWNED").exists(), out
+    assert proc.returncode == 0 and "reward: myrew.acc" in out, out
+
+
 def test_a_resume_names_the_reward_of_the_list_whose_source_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
