@@ -67,16 +67,9 @@ def unmatched_names(model: Any, lora_cfg: Any) -> list[Problem]:
     ``model``; targets that match only modules LoRA cannot wrap (a block such as ``mlp``
     or ``self_attn``: its linear layers are what to name); and a module both targeted
     and trained in full (``modules_to_save``), which peft would wrap twice."""
-    import torch
 
     names = [name for name, _ in model.named_modules() if name]
-    linear = sorted(
-        {
-            name.rpartition(".")[2]
-            for name, module in model.named_modules()
-            if isinstance(module, torch.nn.Linear)
-        }
-    )
+    linear = _layer_names(model)
     problems = _unwrappable(model, lora_cfg, linear) + _both_ways(model, lora_cfg)
     for key in ("target_modules", "modules_to_save"):
         wanted = list(lora_cfg[key])
@@ -88,13 +81,36 @@ def unmatched_names(model: Any, lora_cfg: Any) -> list[Problem]:
                     f"model.lora.{key}",
                     wanted,
                     f"{', '.join(missing)} match{'es' if len(missing) == 1 else ''} no module "
-                    f"of {type(model).__name__}; its linear layers are named "
+                    f"of {type(model).__name__}; its decoder's linear layers are named "
                     f"{', '.join(linear)}.",
-                    fix({f"model.lora.{key}": kept or linear}),
+                    # The user's names that exist; none: every decoder layer (never the head).
+                    fix({f"model.lora.{key}": kept or (linear if key == "target_modules" else [])}),
                     Kind.run,
                 )
             )
     return problems
+
+
+def _layer_names(model: Any) -> list[str]:
+    """The names of the decoder's linear layers LoRA is meant for: ``nn.Linear`` and
+    transformers' ``Conv1D`` (GPT-2's c_attn/c_proj/c_fc), without the output head."""
+    import torch
+
+    kinds: tuple[type, ...] = (torch.nn.Linear,)
+    try:
+        from transformers.pytorch_utils import Conv1D
+
+        kinds = (torch.nn.Linear, Conv1D)
+    except ImportError:
+        pass
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return sorted(
+        {
+            name.rpartition(".")[2]
+            for name, module in model.named_modules()
+            if isinstance(module, kinds) and module is not head
+        }
+    )
 
 
 def _unwrappable(model: Any, lora_cfg: Any, linear: list[str]) -> list[Problem]:

@@ -29,7 +29,8 @@ def test_unknown_target_and_saved_modules_are_named_with_the_models_own(tmp_path
     target = problems["model.lora.target_modules"]
     assert target.kind == Kind.run
     assert "qkv matches no module of LlamaForCausalLM" in target.reason
-    assert "q_proj" in target.reason and "lm_head" in target.reason  # the real names
+    assert "q_proj" in target.reason and "o_proj" in target.reason  # the real names
+    assert "lm_head" not in target.reason  # the head is not a LoRA target
     assert target.fix.overrides() == ["model.lora.target_modules=[q_proj]"]
     assert "Traceback" not in str(info.value)
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
@@ -45,3 +46,20 @@ def test_lora_trains_only_adapters_and_the_saved_modules(tmp_path: Path) -> None
     assert trained and all(("lora_" in n) or ("modules_to_save" in n) for n in trained)
     assert any("lm_head.modules_to_save" in n for n in trained)
     assert not any("k_proj.lora" in n for n in trained)
+
+
+def test_gpt2_targets_are_its_conv1d_layers_never_the_head(tmp_path: Path) -> None:
+    """GPT-2's projections are transformers' Conv1D, which peft wraps: the fix names
+    them, not the output head."""
+    from model_folders import gpt2_tokenizer, random_model
+    from omegaconf import OmegaConf
+    from transformers import AutoModelForCausalLM
+
+    from art_hydra.backends.adapters import unmatched_names
+    from art_hydra.config.schema import LoraConfig
+
+    folder = tmp_path / "gpt2"
+    random_model(folder, "gpt2", gpt2_tokenizer(folder))
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    (problem,) = unmatched_names(model, OmegaConf.structured(LoraConfig()))
+    assert problem.fix.overrides() == ["model.lora.target_modules=[c_attn,c_fc,c_proj]"]
