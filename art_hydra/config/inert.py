@@ -413,10 +413,18 @@ def paths_that_would_be_ignored(cfg: DictConfig) -> Iterator[Problem]:
 
 def looks_like_a_model_path(name: str) -> bool:
     """A folder path or a hub id (``org/name``), not a label: a separator, a start that
-    only a path has (``~``, ``.``), or a model folder of that name right here."""
+    only a path has (``~``, ``.``), a model folder of that name right here, or a hub
+    model of that name in the local cache."""
     if "/" in name or "\\" in name or name.startswith(("~", ".")):
         return True
-    return os.path.isfile(os.path.join(name, "config.json"))
+    if os.path.isfile(os.path.join(name, "config.json")):
+        return True
+    # A hub id of the old, owner-less kind (gpt2, distilgpt2) that is in the local cache.
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache", "huggingface"
+    )
+    cache = os.environ.get("HF_HUB_CACHE") or os.path.join(home, "hub")
+    return os.path.isdir(os.path.join(cache, f"models--{name}", "snapshots"))
 
 
 @validator

@@ -288,3 +288,15 @@ def test_full_finetuning_at_a_lora_rate_is_a_warning(tmp_path: Path) -> None:
         _check(["model=mymodel", "model.finetune=full", "trainer.learning_rate=2e-5"], where) == []
     )
     assert _check(["model=pretrained", "model.name=/m", "model.finetune=full"]) == []
+
+
+def test_an_owner_less_hub_id_in_the_cache_is_a_model_not_a_label(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gpt2, distilgpt2: old hub ids without an owner, told from a label by the cache."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    assert _check(["model.name=gpt2"]) == []  # not cached: may be a label
+    (tmp_path / "hub" / "models--gpt2" / "snapshots" / "abc").mkdir(parents=True)
+    problem = problem_about(_check(["model.name=gpt2"]), "model.name")
+    assert problem.is_error and problem.fix.overrides() == ["model=pretrained", "model.name=gpt2"]
