@@ -10,6 +10,7 @@ the tokens the sampler can draw, and a head trained in full on tied embeddings.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -379,6 +380,20 @@ def _tokenizer_problems(
                 "merges.txt), so no tokenizer can be loaded from it.",
                 "save the tokenizer next to the model: AutoTokenizer.from_pretrained(<the base "
                 "model>).save_pretrained(folder)",
+            )
+        ]
+    if kind == "sentencepiece" and not any(
+        importlib.util.find_spec(m) for m in ("sentencepiece", "tiktoken")
+    ):
+        return None, [
+            _name_problem(
+                name,
+                "holds only a tokenizer.model (no tokenizer.json), which transformers reads "
+                "with the sentencepiece or tiktoken package, and neither is installed here: "
+                "the tokenizer could not load.",
+                "pip install sentencepiece (then run again), or save the tokenizer with "
+                "tokenizer.json where it loads: AutoTokenizer.from_pretrained(folder)."
+                "save_pretrained(folder)",
             )
         ]
     if kind != "json":
