@@ -299,13 +299,66 @@ def _format(path: str) -> str | None:
     return FORMATS.get(os.path.splitext(path)[1].lower())
 
 
+def _card_configs(folder: str) -> list[dict[str, Any]]:
+    """The ``configs:`` a dataset card (README.md's YAML header) declares: how the hub and
+    ``load_dataset`` group a repository's files into configs and splits."""
+    import yaml
+
+    try:
+        with open(os.path.join(folder, "README.md"), encoding="utf-8") as handle:
+            text = handle.read(1 << 20)
+    except (OSError, UnicodeDecodeError):
+        return []
+    if not text.startswith("---"):
+        return []
+    header, _, _ = text[3:].partition("\n---")
+    try:
+        card = yaml.safe_load(header)
+    except yaml.YAMLError:
+        return []
+    configs = card.get("configs") if isinstance(card, dict) else None
+    return [c for c in configs if isinstance(c, dict)] if isinstance(configs, list) else []
+
+
+def _card_patterns(config: dict[str, Any]) -> dict[str, list[str]] | None:
+    """One card config's ``data_files`` as split -> patterns (None: not declared)."""
+    files = config.get("data_files")
+    if isinstance(files, (str, list)) and all(
+        isinstance(f, str) for f in ([files] if isinstance(files, str) else files)
+    ):
+        return {"train": [files] if isinstance(files, str) else list(files)}
+    if not isinstance(files, list):
+        return None
+    patterns: dict[str, list[str]] = {}
+    for entry in files:
+        if isinstance(entry, dict) and isinstance(entry.get("split"), str):
+            path = entry.get("path")
+            paths = [path] if isinstance(path, str) else path
+            if isinstance(paths, list):
+                patterns.setdefault(entry["split"], []).extend(str(p) for p in paths)
+    return patterns or None
+
+
 def _folder_files(folder: str) -> dict[str, tuple[str, ...]]:
-    """A folder's data files by split, as ``datasets`` splits a repository by file name."""
+    """A folder's data files by split, as ``datasets`` splits a repository: by its card's
+    one declared config, else by file name. A repository of several configs (gsm8k's
+    ``main`` and ``socratic``) is refused rather than merged: each config is another
+    dataset (other answers, other formats), and training on all of them at once is never
+    what was meant."""
     from datasets.data_files import DataFilesDict, EmptyDatasetError, get_data_patterns
     from datasets.exceptions import DataFilesNotFoundError
 
+    configs = _card_configs(folder)
+    if len(configs) > 1:
+        names = [str(c.get("config_name", i)) for i, c in enumerate(configs)]
+        raise SourceError(
+            f"holds {len(configs)} configs ({', '.join(names)}), each a dataset of its own; "
+            "art_hydra reads one and never merges them",
+            f"task.path=<the folder or files of one config, under {folder}>",
+        )
     try:
-        patterns = get_data_patterns(folder)
+        declared = _card_patterns(configs[0]) if configs else None
+        patterns = declared or get_data_patterns(folder)
         found = DataFilesDict.from_patterns(patterns, base_path=folder)
     except (EmptyDatasetError, DataFilesNotFoundError, FileNotFoundError):
         found = {}
@@ -314,6 +367,22 @@ def _folder_files(folder: str) -> dict[str, tuple[str, ...]]:
         for split, names in found.items()
     }
     files = {split: names for split, names in files.items() if names}
+    # One split's files from several folders side by side (main/train-*, socratic/train-*)
+    # are several configs' (split folders, train/ and test/, each hold one split's).
+    tops: set[str] = set()
+    for names in files.values():
+        here = {
+            os.path.relpath(f, folder).split(os.sep)[0]
+            for f in names
+            if os.sep in os.path.relpath(f, folder)
+        } - {"data"}
+        tops = here if len(here) > len(tops) else tops
+    if not configs and len(tops) > 1:  # no card to tell which config is meant
+        raise SourceError(
+            f"holds data in {len(tops)} folders ({', '.join(sorted(tops))}), as a repository "
+            "of several configs does; art_hydra reads one and never merges them",
+            f"task.path=<one of those folders, under {folder}>",
+        )
     if not files:
         raise SourceError(
             f"is a folder with no data files ({', '.join(FORMATS)}) and no save_to_disk dataset",

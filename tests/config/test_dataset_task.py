@@ -352,3 +352,41 @@ def test_reading_a_dataset_imports_no_torch(tmp_path: Path) -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def _jsonl_rows(path: Path, count: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "".join(json.dumps({"prompt": f"q{i}", "completion": "a"}) + "\n" for i in range(count))
+    )
+
+
+def test_a_repository_of_several_configs_is_refused_not_merged(tmp_path: Path) -> None:
+    """gsm8k's layout (main/ and socratic/, each a config with its own answers) and a card
+    declaring two configs are refused; split folders and a card's one config are read as
+    the hub reads them (the card's files only)."""
+    from art_hydra.tasks import dataset
+
+    gsm = tmp_path / "gsm"
+    _jsonl_rows(gsm / "main" / "train-00000.jsonl", 3)
+    _jsonl_rows(gsm / "socratic" / "train-00000.jsonl", 3)
+    with pytest.raises(dataset.SourceError, match=r"main, socratic"):
+        dataset.resolve_source(str(gsm))
+    (problem,) = _world(gsm)["task.path"]
+    assert "never merges" in problem.reason and problem.fix.has_placeholder
+    splits = tmp_path / "splits"
+    _jsonl_rows(splits / "train" / "a.jsonl", 3)
+    _jsonl_rows(splits / "test" / "b.jsonl", 2)
+    assert set(dataset.resolve_source(str(splits)).files) == {"train", "test"}
+    card = tmp_path / "card"
+    _jsonl_rows(card / "clean" / "x.jsonl", 5)
+    _jsonl_rows(card / "raw" / "dump.jsonl", 50)
+    header = "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+    (card / "README.md").write_text(header + "    path: clean/*.jsonl\n---\n# card\n")
+    assert [Path(f).name for f in dataset.resolve_source(str(card)).files["train"]] == ["x.jsonl"]
+    (card / "README.md").write_text(
+        "---\nconfigs:\n- config_name: main\n  data_files: clean/*.jsonl\n"
+        "- config_name: raw\n  data_files: raw/*.jsonl\n---\n"
+    )
+    with pytest.raises(dataset.SourceError, match=r"2 configs \(main, raw\)"):
+        dataset.resolve_source(str(card))
