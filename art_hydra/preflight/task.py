@@ -112,6 +112,9 @@ class DataStats:
     no_answer: str | None = None
     #: Where the first conversational prompt is (None: every prompt is text).
     conversation: str | None = None
+    #: Rows whose prompt holds an earlier assistant turn, and where the first is.
+    multi_turn: int = 0
+    first_multi_turn: str | None = None
     #: The first rows, on which the pre-flight calls each reward.
     rows: list[Example] = field(default_factory=list)
     #: The columns every row has (None before the first), and those some row has.
@@ -144,6 +147,9 @@ class DataStats:
             self.no_answer = _where(where, example)
         if example.messages and self.conversation is None:
             self.conversation = _where(where, example)
+        if any(role == "assistant" for role, _ in example.messages):
+            self.multi_turn += 1
+            self.first_multi_turn = self.first_multi_turn or _where(where, example)
         if self.lengths is not None:
             self.lengths.add(_where(where, example), example)
 
@@ -187,7 +193,34 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
         )
     elif cfg.algorithm.name == AlgorithmName.rl:
         problems += _reward_call_problems(cfg, resolved, stats, key, problems)
-    return problems + _template_problems(cfg, stats) + _length_problems(cfg, stats, key)
+    return (
+        problems
+        + _template_problems(cfg, stats)
+        + _multi_turn_problems(cfg, stats, key, value)
+        + _length_problems(cfg, stats, key)
+    )
+
+
+def _multi_turn_problems(cfg: DictConfig, stats: DataStats, key: str, value: Any) -> list[Problem]:
+    """SFT on conversations trains each row's last assistant turn (one prompt/answer
+    boundary per packed sequence); earlier assistant turns are context, where TRL's
+    assistant-only loss trains them all. Said, so nobody loses that signal unaware."""
+    if cfg.algorithm.name != AlgorithmName.sft or not stats.multi_turn:
+        return []
+    return [
+        world_problem(
+            key,
+            value,
+            f"{stats.multi_turn} conversation(s) hold more than one assistant turn (the first: "
+            f"{stats.first_multi_turn}); SFT trains each row's last assistant turn only, the "
+            "earlier ones are context (TRL's assistant_only_loss trains them all).",
+            fix(
+                note="split each conversation into one row per assistant turn (the turns "
+                "before it as the prompt) to train every turn"
+            ),
+            warning=True,
+        )
+    ]
 
 
 def _reward_call_problems(

@@ -219,6 +219,12 @@ def test_messages_rows_train_on_the_last_assistant_turn(tmp_path: Path) -> None:
     unfinished = _write(tmp_path, "jsonl", [{"messages": chat[:3]}], "open")
     (problem,) = _world(unfinished, "algorithm=sft")["task.path"]
     assert "ends with a 'user' turn; SFT trains on the last assistant turn" in problem.reason
+    # Earlier assistant turns are context, not trained: said as a warning.
+    found = _world(path, "algorithm=sft")["task.path"]
+    (multi,) = [p for p in found if "assistant turn" in p.reason and not p.is_error]
+    assert "more than one assistant turn" in multi.reason and "last assistant turn only" in (
+        multi.reason
+    )
 
 
 def test_a_conversation_needs_a_chat_template_which_the_tiny_model_lacks(tmp_path: Path) -> None:
