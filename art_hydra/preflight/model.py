@@ -296,7 +296,22 @@ def _position_problems(cfg: DictConfig, config: dict[str, Any], name: str) -> li
     if cfg.algorithm.name == AlgorithmName.rl:
         prompt, completion = cfg.rl.max_prompt_length, cfg.rl.max_completion_length
         if prompt + completion > positions:
-            completion = max(1, positions - min(prompt, positions // 2))
+            # The prompts the data really has, where they can be measured: the budget
+            # must hold the longest (a blind split would only move the refusal there).
+            longest = _longest_prompt(cfg)
+            if longest is not None and longest >= positions:
+                return [
+                    world_problem(
+                        "model.max_seq_length",
+                        limit,
+                        f"is longer than the {positions} positions of {name} (config.json "
+                        f"{key}={positions}), and the data's longest prompt alone takes "
+                        f"{longest} tokens: no budget within the model's positions holds it.",
+                        fix(note="shorten or drop the longest prompts, or another model"),
+                    )
+                ]
+            keep = min(prompt, positions // 2) if longest is None else max(longest, 1)
+            completion = max(1, positions - keep)
             sets["rl.max_prompt_length"] = positions - completion
             sets["rl.max_completion_length"] = completion
     elif cfg.sft.max_length > positions:
@@ -310,6 +325,20 @@ def _position_problems(cfg: DictConfig, config: dict[str, Any], name: str) -> li
             fix(sets, "the budgets within the model's positions, together"),
         )
     ]
+
+
+def _longest_prompt(cfg: DictConfig) -> int | None:
+    """The data's longest prompt in the model's tokens, chat template included (None: not
+    measurable before loading, or the data cannot be read: the task check says why)."""
+    from art_hydra.preflight import lengths
+    from art_hydra.tasks.base import iter_examples
+    from art_hydra.tasks.jsonl import Scan
+
+    try:
+        measured = lengths.measure(cfg, iter_examples(cfg, Scan()))
+    except Exception:  # the task check reports what is wrong with the data or its code
+        return None
+    return measured.prompt.size if measured is not None and measured.prompt.size else None
 
 
 def _weight_problems(config: dict[str, Any], folder: Path, name: str) -> list[Problem]:

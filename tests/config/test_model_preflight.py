@@ -151,6 +151,8 @@ def test_positions_below_max_seq_length_are_refused_with_one_fix(
     assert fixed[0] == "model.max_seq_length=32" and len(fixed) == 3
     cfg = compose([*longer, *fixed])
     assert cfg.rl.max_prompt_length + cfg.rl.max_completion_length <= 32
+    # The budgets are sized from the data's own prompts: the fixed run passes the checks.
+    assert [p for p in world_problems(cfg, None) if p.is_error] == []
 
 
 def test_the_position_limit_is_refused_by_the_cli_before_any_model_loads(
