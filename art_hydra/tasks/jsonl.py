@@ -124,6 +124,8 @@ def iter_records(
             while raw := handle.readline(max_line_bytes + 1):
                 number += 1
                 where = f"{path}:{number}"
+                if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]  # a UTF-8 byte order mark (Windows exports write one)
                 if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
                     size = len(raw)
                     while chunk := handle.readline(1 << 20):  # skip the rest, holding none of it

@@ -396,3 +396,11 @@ def test_a_repository_of_several_configs_is_refused_not_merged(tmp_path: Path) -
     )
     with pytest.raises(dataset.SourceError, match=r"2 configs \(main, raw\)"):
         dataset.resolve_source(str(card))
+
+
+def test_a_jsonl_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """Windows exports start UTF-8 files with a BOM: it is not part of the first line."""
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"prompt": "3+4=", "completion": "7"}\n')
+    ((_, example),) = _examples(path)
+    assert example.prompt == "3+4=" and example.answer == "7"
