@@ -1,14 +1,20 @@
-"""What every pre-flight check shares: the world problem and the top-p rule (which needs
-the vocabulary, known from the tiny tokenizer or a model folder's config)."""
+"""What every pre-flight check shares: the world problem, the top-p rule (which needs
+the vocabulary, known from the tiny tokenizer or a model folder's config), and where the
+model's files are (the model, length and task checks all read them)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
+from art_hydra import model_files
 from art_hydra.config import fields
 from art_hydra.config.problems import Kind, Problem, Severity, fix
+from art_hydra.config.schema import ModelSource
+from art_hydra.safe_paths import path_refusal
 
 
 def world_problem(key: str, value: Any, reason: str, remedy: Any, warning: bool = False) -> Problem:
@@ -36,3 +42,25 @@ def top_p_problems(cfg: DictConfig, drawable: int, what: str) -> list[Problem]:
             Kind.world,
         )
     ]
+
+
+def looks_local(name: str) -> bool:
+    return (
+        name.startswith(("/", "./", "../", "~"))
+        or os.path.exists(os.path.expanduser(name))
+        or not model_files.HUB_ID.match(name)
+    )
+
+
+def model_folder(cfg: DictConfig) -> Path | None:
+    """The folder the run will load ``model.name`` from: a local folder, or a hub id's
+    cached snapshot; None when there is none (yet)."""
+    if cfg.model.source != ModelSource.pretrained:
+        return None
+    name = str(cfg.model.name)
+    if path_refusal(os.path.expanduser(name)) is not None:
+        return None
+    if looks_local(name):
+        folder = Path(os.path.expanduser(name))
+        return folder if folder.is_dir() else None
+    return model_files.cached_snapshot(name, cfg.model.revision)

@@ -223,7 +223,7 @@ def counter_for(cfg: DictConfig) -> Counter | None:
     """The tokenizer the run will encode with, when the pre-flight can read it."""
     if cfg.model.source == ModelSource.tiny:
         return TinyCounter()
-    from art_hydra.preflight.model import model_folder
+    from art_hydra.preflight.common import model_folder
 
     folder = model_folder(cfg)
     if folder is None or not (folder / "tokenizer.json").is_file():
@@ -323,7 +323,7 @@ def _positions(cfg: DictConfig) -> int | None:
     if cfg.model.source == ModelSource.tiny:
         return None
     from art_hydra import model_files
-    from art_hydra.preflight.model import model_folder
+    from art_hydra.preflight.common import model_folder
 
     folder = model_folder(cfg)
     try:

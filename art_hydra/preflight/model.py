@@ -21,6 +21,7 @@ from art_hydra import folder_tokenizer, model_files
 from art_hydra.config.problems import Problem, fix, placeholder
 from art_hydra.config.schema import AlgorithmName, FinetuneMethod, ModelSource
 from art_hydra.model_files import FolderError
+from art_hydra.preflight.common import looks_local as _looks_local
 from art_hydra.preflight.common import top_p_problems, world_problem
 from art_hydra.safe_paths import file_refusal, path_refusal
 
@@ -30,14 +31,6 @@ PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 HEAD_NAMES = ("lm_head", "embed_out", "output")
 #: Values of HF_HUB_OFFLINE that explicitly allow downloading.
 _ONLINE = ("0", "false", "no", "off")
-
-
-def _looks_local(name: str) -> bool:
-    return (
-        name.startswith(("/", "./", "../", "~"))
-        or os.path.exists(os.path.expanduser(name))
-        or not model_files.HUB_ID.match(name)
-    )
 
 
 def _offline() -> bool:
@@ -98,20 +91,6 @@ def hub_reachable() -> bool:
         probe.join(PROBE_S)
         _reachable[address] = bool(verdict and verdict[0])
     return _reachable[address]
-
-
-def model_folder(cfg: DictConfig) -> Path | None:
-    """The folder the run will load ``model.name`` from: a local folder, or a hub id's
-    cached snapshot; None when there is none (yet)."""
-    if cfg.model.source != ModelSource.pretrained:
-        return None
-    name = str(cfg.model.name)
-    if path_refusal(os.path.expanduser(name)) is not None:
-        return None
-    if _looks_local(name):
-        folder = Path(os.path.expanduser(name))
-        return folder if folder.is_dir() else None
-    return model_files.cached_snapshot(name, cfg.model.revision)
 
 
 def model_problems(cfg: DictConfig) -> list[Problem]:

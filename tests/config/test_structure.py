@@ -36,7 +36,7 @@ def test_misspelt_added_key_is_found_with_the_real_one() -> None:
 
 def test_broken_interpolation_inside_a_list_is_found() -> None:
     found = _problems(["model.lora.target_modules=[q_proj,${oc.env:ART_HYDRA_NO_SUCH_VAR}]"])
-    assert found["model.lora.target_modules[1]"][0].kind == Kind.interpolation
+    assert found["model.lora.target_modules.1"][0].kind == Kind.interpolation
 
 
 @pytest.mark.parametrize(
