@@ -25,7 +25,10 @@ run: $(BIN)/art-hydra
 test: $(BIN)/art-hydra
 	$(BIN)/ruff check art_hydra hydra_plugins conf tests bench
 	$(BIN)/ruff format --check art_hydra hydra_plugins conf tests bench
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	# The fast tier (CLI subprocesses) spreads over the cores (pytest-xdist, see
+	# tests/conftest.py); the tiers that train run in one process, as they time steps.
+	$(BIN)/python -m pytest -m fast $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not fast" $(PYTEST_ARGS)
 	$(MAKE) test-unsloth
 
 # The [unsloth] extra in a virtual environment of its own: it pins its own transformers
