@@ -10,6 +10,7 @@ the keys a real run writes to ``metrics.jsonl``). Plain Python, on the compose p
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,27 @@ STEP_METRICS = (
     "tokens_per_s",
     "step_time_s",
 )
+
+#: A reward's metric name: kept plain, since it becomes a metrics.jsonl key
+#: (``reward/<name>/mean``) and a TensorBoard tag.
+REWARD_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def reward_name(target: Any, name: Any = None) -> str:
+    """A reward's name in the metrics: its ``name``, else its function's own name (the
+    last part of its dotted path). The validators and the run name rewards alike."""
+    return str(name) if name else str(target).rpartition(".")[2] or str(target)
+
+
+def reward_metrics(task: Any) -> set[str]:
+    """Each reward's own metrics (``task.rewards``, else the one ``task.reward``):
+    ``reward/<name>/mean``, ``/std`` and ``/count``."""
+    if len(task.rewards):
+        names = [reward_name(e._target_, e.name) for e in task.rewards]
+    else:
+        names = [reward_name(task.reward._target_)]
+    return {f"reward/{n}/{part}" for n in names for part in ("mean", "std", "count")}
+
 
 #: What SFT writes as null (no rollouts, no rewards) or as a constant 0 (no reference
 #: policy, no clipped ratio): nothing an objective could compare.

@@ -14,7 +14,6 @@ import difflib
 import importlib.util
 import math
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -23,7 +22,13 @@ from omegaconf import DictConfig
 
 from art_hydra.config import run_files
 from art_hydra.config.fields import default
-from art_hydra.config.objective import AUTO_METRIC, logged_metrics
+from art_hydra.config.objective import (
+    AUTO_METRIC,
+    REWARD_NAME,
+    logged_metrics,
+    reward_metrics,
+    reward_name,
+)
 from art_hydra.config.problems import Fix, Kind, Problem, Severity, fix, placeholder
 from art_hydra.config.registry import validator
 from art_hydra.config.schema import (
@@ -329,20 +334,6 @@ def task_names_its_sources(cfg: DictConfig) -> Iterator[Problem]:
         )
 
 
-def _reward_name(entry: DictConfig) -> str:
-    """A reward's name in the metrics: its ``name``, else its function's name."""
-    return str(entry.name) if entry.name else str(entry._target_).rpartition(".")[2]
-
-
-def _reward_metrics(cfg: DictConfig) -> set[str]:
-    """Each reward's own metrics: ``reward/<name>/mean``, ``/std`` and ``/count``."""
-    if len(cfg.task.rewards):
-        names = [_reward_name(e) for e in cfg.task.rewards]
-    else:
-        names = [str(cfg.task.reward._target_).rpartition(".")[2]]
-    return {f"reward/{n}/{part}" for n in names for part in ("mean", "std", "count")}
-
-
 @validator
 def rewards_are_weighed_and_named(cfg: DictConfig) -> Iterator[Problem]:
     """Each reward of ``task.rewards`` has a finite weight and a name of its own in the
@@ -359,8 +350,8 @@ def rewards_are_weighed_and_named(cfg: DictConfig) -> Iterator[Problem]:
                 "must be a finite number: the total reward is the weighted sum.",
                 fix({f"task.rewards.{i}.weight": 1.0}),
             )
-        name = _reward_name(entry)
-        if not re.match(r"^[A-Za-z0-9_.\-]+$", name):
+        name = reward_name(entry._target_, entry.name)
+        if not REWARD_NAME.match(name):
             yield Problem(
                 f"task.rewards.{i}.name",
                 entry.name,
@@ -586,7 +577,7 @@ def objective_names_a_logged_metric(cfg: DictConfig) -> Iterator[Problem]:
         return
     algorithm = cfg.algorithm.name
     valid = logged_metrics(algorithm)
-    if metric in valid or (_is_rl(cfg) and metric in _reward_metrics(cfg)):
+    if metric in valid or (_is_rl(cfg) and metric in reward_metrics(cfg.task)):
         return
     other = next(a for a in AlgorithmName if a != algorithm)
     why = (

@@ -28,7 +28,6 @@ This module is on the compose/validate path: no torch.
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -36,14 +35,13 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from art_hydra.config.objective import reward_name
 from art_hydra.tasks.examples import Example
 
 #: The names a per-sample reward is called with.
 PER_SAMPLE_NAMES = ("prompt", "completion", "answer")
 #: The names a batched reward is called with besides the columns (and ``answer``).
 BATCHED_NAMES = ("prompts", "completions", "completion_ids", "trainer_state")
-#: A metric name: kept plain, since it becomes a metrics.jsonl key and a TensorBoard tag.
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
 @dataclass(frozen=True)
@@ -57,11 +55,6 @@ class RewardSpec:
     weight: float
     #: Its name in the metrics (``reward/<name>/mean``).
     name: str
-
-
-def default_name(target: Any) -> str:
-    """The function's own name: the last part of its dotted path."""
-    return str(target).rpartition(".")[2] or str(target)
 
 
 def reward_specs(task_cfg: Any) -> list[RewardSpec]:
@@ -79,12 +72,12 @@ def reward_specs(task_cfg: Any) -> list[RewardSpec]:
                     f"task.rewards.{i}._target_",
                     str(target),
                     float(1.0 if weight is None else weight),
-                    str(name) if name else default_name(target),
+                    reward_name(target, name),
                 )
             )
         return specs
     target = OmegaConf.select(task_cfg, "reward._target_", default=None)
-    return [RewardSpec("task.reward._target_", str(target), 1.0, default_name(target))]
+    return [RewardSpec("task.reward._target_", str(target), 1.0, reward_name(target))]
 
 
 def uses_list(task_cfg: Any) -> bool:
