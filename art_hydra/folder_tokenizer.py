@@ -192,7 +192,7 @@ def load(folder: Path) -> FolderTokenizer:
     # With a tokenizer.json, transformers drops add_bos_token/add_eos_token from the
     # config: its post-processor alone decides (none: nothing added).
     added = tuple(str(t.content) for t in core.get_added_tokens_decoder().values())
-    return FolderTokenizer(core, config, specials, _chat_template(folder, config), added)
+    return FolderTokenizer(core, config, specials, chat_template(folder, config), added)
 
 
 def _specials(folder: Path, config: dict[str, Any]) -> dict[str, str]:
@@ -223,7 +223,7 @@ def _add_config_tokens(core: Any, config: dict[str, Any], added_token: Any) -> N
             core.add_tokens([token])
 
 
-def _chat_template(folder: Path, config: dict[str, Any]) -> str | None:
+def chat_template(folder: Path, config: dict[str, Any]) -> str | None:
     """The default chat template: chat_template.jinja, chat_template.json, or the
     tokenizer_config.json entry (a string, or a list of named templates)."""
     path = folder / TEMPLATE_FILES[0]

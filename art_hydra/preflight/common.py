@@ -52,15 +52,15 @@ def looks_local(name: str) -> bool:
     )
 
 
-def model_folder(cfg: DictConfig) -> Path | None:
-    """The folder the run will load ``model.name`` from: a local folder, or a hub id's
-    cached snapshot; None when there is none (yet)."""
-    if cfg.model.source != ModelSource.pretrained:
+def model_folder(model_cfg: DictConfig) -> Path | None:
+    """The folder the run will load ``model.name`` from (``model_cfg``: the model
+    section): a local folder, or a hub id's cached snapshot; None when there is none."""
+    if model_cfg.source != ModelSource.pretrained:
         return None
-    name = str(cfg.model.name)
+    name = str(model_cfg.name)
     if path_refusal(os.path.expanduser(name)) is not None:
         return None
     if looks_local(name):
         folder = Path(os.path.expanduser(name))
         return folder if folder.is_dir() else None
-    return model_files.cached_snapshot(name, cfg.model.revision)
+    return model_files.cached_snapshot(name, model_cfg.revision)

@@ -225,7 +225,7 @@ def counter_for(cfg: DictConfig) -> Counter | None:
         return TinyCounter()
     from art_hydra.preflight.common import model_folder
 
-    folder = model_folder(cfg)
+    folder = model_folder(cfg.model)
     if folder is None or not (folder / "tokenizer.json").is_file():
         return None
     tokenizer = load_tokenizer(folder)
@@ -325,7 +325,7 @@ def _positions(cfg: DictConfig) -> int | None:
     from art_hydra import model_files
     from art_hydra.preflight.common import model_folder
 
-    folder = model_folder(cfg)
+    folder = model_folder(cfg.model)
     try:
         config = model_files.read_json_file(folder / "config.json") if folder else None
     except model_files.FolderError:

@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from art_hydra import safe_json
+from art_hydra import folder_tokenizer, model_files
 from art_hydra.config.problems import Problem, fix, placeholder
 from art_hydra.config.schema import (
     AlgorithmName,
@@ -20,9 +20,10 @@ from art_hydra.config.schema import (
     TaskSource,
 )
 from art_hydra.config.targets import ROLE_OF_KEY, NotMarkedError, TargetError
+from art_hydra.model_files import FolderError
 from art_hydra.preflight import lengths as row_lengths
 from art_hydra.preflight import rewards as reward_checks
-from art_hydra.preflight.common import top_p_problems, world_problem
+from art_hydra.preflight.common import model_folder, top_p_problems, world_problem
 from art_hydra.safe_paths import file_refusal
 from art_hydra.tasks import dataset
 from art_hydra.tasks.base import (
@@ -400,36 +401,22 @@ def _template_problems(cfg: DictConfig, stats: DataStats) -> list[Problem]:
 
 def chat_template_known(model_cfg: Any) -> bool | None:
     """Whether the model's tokenizer has a chat template, read from its files without
-    loading it (``tokenizer_config.json``'s ``chat_template``, or ``chat_template.jinja``/
-    ``.json``): False for the tiny model, None where the files are not at hand (a hub id
-    not cached: the model check reports that)."""
+    loading it (:func:`art_hydra.folder_tokenizer.chat_template`, the reader the length
+    check uses): False for the tiny model, None where the files are not at hand (a hub id
+    not cached, a folder without tokenizer files: the model check reports that)."""
     if model_cfg.source == ModelSource.tiny:
         return False
-    name = str(model_cfg.name)
-    folder = os.path.expanduser(name)
-
-    def local(file: str) -> str | None:
-        if os.path.isdir(folder):
-            path = os.path.join(folder, file)
-            return path if os.path.isfile(path) else None
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            found = try_to_load_from_cache(name, file, revision=model_cfg.get("revision"))
-        except Exception:  # not a hub id: the model check names what is wrong
-            return None
-        return found if isinstance(found, str) else None
-
-    if local("chat_template.jinja") or local("chat_template.json"):
-        return True
-    config = local("tokenizer_config.json")
-    if config is None:
+    folder = model_folder(model_cfg)
+    names = ("tokenizer_config.json", *folder_tokenizer.TEMPLATE_FILES)
+    if folder is None or not any((folder / n).is_file() for n in names):
         return None
     try:
-        data = safe_json.read(config)
-    except (OSError, ValueError):
+        config_file = folder / "tokenizer_config.json"
+        config = model_files.read_json_file(config_file) if config_file.is_file() else {}
+        found = folder_tokenizer.chat_template(folder, config if isinstance(config, dict) else {})
+        return found is not None
+    except FolderError:
         return None
-    return bool(isinstance(data, dict) and data.get("chat_template"))
 
 
 def _data_file_problems(path: str) -> list[Problem]:
