@@ -58,8 +58,8 @@ DTYPE_BYTES = {
 _TIED_BY_DEFAULT = True
 #: Suffixes of the input embedding matrix's name, by family.
 EMBEDDING_SUFFIXES = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight")
-#: A hub repository id: ``name`` or ``owner/name``.
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+#: A hub repository id, of a model or a dataset: ``name`` or ``owner/name``.
+HUB_ID = re.compile(r"^[A-Za-z0-9_][\w.-]*(/[\w.-]+)?$")
 
 
 class FolderError(ValueError):

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import csv
 import os
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from art_hydra import safe_json
+from art_hydra import model_files, safe_json
 from art_hydra.safe_paths import open_regular
 from art_hydra.tasks.examples import Example, not_text
 from art_hydra.tasks.jsonl import iter_records
@@ -55,8 +54,6 @@ FORMATS = {
 BATCH_ROWS = 64
 #: A ``.json`` file holding one array is parsed whole; larger ones must be JSON lines.
 MAX_JSON_ARRAY_BYTES = 256 << 20
-#: What a hub dataset id looks like (``name`` or ``owner/name``).
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
 @dataclass(frozen=True)
@@ -282,7 +279,7 @@ def resolve_source(path: str) -> Source:
         if any(os.path.isfile(os.path.join(local, f)) for f in ("state.json", "dataset_dict.json")):
             return Source(path, saved=local)
         return Source(path, files=_folder_files(local), base=local)
-    hub_like = HUB_ID.match(path) and _format(path) is None and not path.startswith(".")
+    hub_like = model_files.HUB_ID.match(path) and _format(path) is None and not path.startswith(".")
     if os.path.lexists(local) or not hub_like:
         what = (
             "not a regular file or folder" if os.path.lexists(local) else "no such file or folder"
