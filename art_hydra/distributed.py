@@ -199,6 +199,18 @@ def all_sum(world: World, values: list[float]) -> list[float]:
     return tensor.tolist()
 
 
+def all_max(world: World, values: list[float]) -> list[float]:
+    """Element-wise maxima over the ranks."""
+    if not world.enabled:
+        return list(values)
+    import torch
+    import torch.distributed as dist
+
+    tensor = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=world.control)
+    return tensor.tolist()
+
+
 def gather_objects(world: World, obj: Any) -> list[Any]:
     """Every rank's ``obj``, in rank order, on every rank."""
     if not world.enabled:

@@ -614,6 +614,8 @@ def _record(result: Any, elapsed: float) -> dict[str, Any]:
         "real_token_share": result.real_token_share,
         "tokens_per_s": result.trained_tokens / elapsed,
         "step_time_s": elapsed,
+        # The loss's further statistics (token-weighted means, and ``_max`` maxima).
+        **result.stats,
         # Each reward's own mean, std and count (reward/<name>/...), next to the total's.
         **{k: v for k, v in result.info.items() if k.startswith("reward/")},
     }
@@ -689,7 +691,39 @@ def _combine(world: Any, cfg: DictConfig, result: Any, last: dict[str, Any], sto
     stop.agreed = bool(sums[12])  # every rank stops at this step if any was signalled
     if world.size > 1:
         combined.update(_combine_rewards(world, cfg, last))
+        combined.update(_combine_stats(world, cfg, result))
     return combined
+
+
+def _combine_stats(world: Any, cfg: DictConfig, result: Any) -> dict[str, float]:
+    """The loss's further statistics over every rank: means weighted by each rank's loss
+    tokens, maxima as the largest (every rank reports the same keys)."""
+    from art_hydra import distributed
+    from art_hydra.trainer import is_max_stat
+
+    means = sorted(k for k in result.stats if not is_max_stat(k))
+    maxima = sorted(k for k in result.stats if is_max_stat(k))
+    tokens = float(result.loss_tokens)
+    found: dict[str, float] = {}
+    if means:
+        sums = _control(
+            world,
+            cfg,
+            "combining the loss statistics",
+            distributed.all_sum,
+            [tokens, *(tokens * result.stats[k] for k in means)],
+        )
+        found.update({k: v / max(sums[0], 1.0) for k, v in zip(means, sums[1:], strict=True)})
+    if maxima:
+        largest = _control(
+            world,
+            cfg,
+            "combining the loss maxima",
+            distributed.all_max,
+            [result.stats[k] for k in maxima],
+        )
+        found.update(zip(maxima, largest, strict=True))
+    return found
 
 
 def _combine_rewards(world: Any, cfg: DictConfig, last: dict[str, Any]) -> dict[str, Any]:

@@ -38,6 +38,19 @@ class StepResult:
     info: dict[str, float] = field(default_factory=dict)
     #: Tokens the step's loss covered on this rank (weights its per-token statistics).
     loss_tokens: float = 0.0
+    #: Further per-token statistics of the loss (token-weighted means over the step's
+    #: micro-batches and ranks), and maxima (keys ending in ``_max``: the largest value
+    #: over the step's micro-batches and ranks). Written to the metrics as they are.
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+#: Statistics every loss reports; StepResult has a field for each.
+CORE_STATS = ("kl", "entropy", "clip_fraction")
+
+
+def is_max_stat(key: str) -> bool:
+    """Whether a statistic combines by maximum (``..._max``) rather than token-weighted mean."""
+    return key.endswith("_max")
 
 
 class Objective:
@@ -298,10 +311,15 @@ class Trainer:
             "tokens": batch.real_tokens,
             "slots": batch.input_ids.numel(),
             "loss_tokens": weight,
-            **{key: stats[key] * weight for key in ("kl", "entropy", "clip_fraction")},
+            **{
+                k: v * weight for k, v in stats.items() if k != "loss_tokens" and not is_max_stat(k)
+            },
         }
         for key, value in sums.items():
             self._acc[key] = self._acc.get(key, 0.0) + value
+        for key, value in stats.items():
+            if is_max_stat(key):
+                self._acc[key] = max(self._acc.get(key, value), value)
         self._micro += 1
         if self._micro < self.cfg.gradient_accumulation_steps:
             return None
@@ -333,6 +351,7 @@ class Trainer:
             trained_tokens=int(acc["tokens"]),
             info=dict(batch.info),
             loss_tokens=acc["loss_tokens"],
+            stats=_extra_stats(acc, tokens),
         )
 
     def _result(
@@ -355,7 +374,14 @@ class Trainer:
             trained_tokens=batch.real_tokens,
             warmup=warmup,
             info=dict(batch.info),
+            stats={k: v for k, v in stats.items() if k not in (*CORE_STATS, "loss_tokens")},
         )
+
+
+def _extra_stats(acc: dict[str, float], tokens: float) -> dict[str, float]:
+    """The step's statistics beyond the core ones: maxima as they are, means per token."""
+    skip = {*CORE_STATS, "loss", "tokens", "slots", "loss_tokens"}
+    return {k: (v if is_max_stat(k) else v / tokens) for k, v in acc.items() if k not in skip}
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from family_models import CAPACITY, load_family, save_family
+from family_models import CAPACITY, FAMILIES, load_family, save_family
 
 from art_hydra.backends.layout import PROVEN_FAMILIES, row_layout
 from art_hydra.backends.tiny import SPECIALS
@@ -24,56 +24,6 @@ from art_hydra.rl.sampling import SamplingSettings, sample, suppressed_ids, toke
 from art_hydra.trainer import packed_logprobs
 
 ATOL = 1e-4
-
-PACKED, ADDITIVE, PADDED = MaskForm.block_bool, MaskForm.block_additive, MaskForm.padding
-MIXED = ["sliding_attention", "full_attention"]
-MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
-GPT_OSS = {"num_local_experts": 4, "num_experts_per_tok": 2}
-
-#: id -> (model_type, extra config, the mask form its layout must use, left-pads prompts)
-FAMILIES: dict[str, tuple[str, dict[str, Any], MaskForm, bool]] = {
-    "llama": ("llama", {}, PACKED, True),
-    # transformers keeps no choice of attention in config.json (Gemma-2 defaults to eager):
-    # this one is switched after loading, as model.set_attn_implementation does for a user.
-    "llama-eager": ("llama", {}, ADDITIVE, True),
-    "qwen2": ("qwen2", {}, PACKED, True),
-    "qwen3": ("qwen3", {}, PACKED, True),
-    "phi3": ("phi3", {}, PACKED, True),
-    "gemma2-eager": ("gemma2", {"attn_implementation": "eager"}, ADDITIVE, True),
-    "mistral-window4": ("mistral", {"sliding_window": 4}, PADDED, True),
-    "mistral-window64": ("mistral", {"sliding_window": CAPACITY}, PACKED, True),
-    "gemma3_text-window4": (
-        "gemma3_text",
-        {"sliding_window": 4, "layer_types": MIXED},
-        PADDED,
-        True,
-    ),
-    "gemma3_text-window64": (
-        "gemma3_text",
-        {"sliding_window": CAPACITY, "layer_types": MIXED},
-        PACKED,
-        True,
-    ),
-    "gemma": ("gemma", {}, PACKED, True),
-    "granite": ("granite", {}, PACKED, True),
-    "olmo2": ("olmo2", {}, PACKED, True),
-    "smollm3": ("smollm3", {}, PACKED, True),
-    "mixtral": ("mixtral", {"num_local_experts": 4, "num_experts_per_tok": 2}, PACKED, True),
-    "qwen2_moe": ("qwen2_moe", {**MOE, "shared_expert_intermediate_size": 32}, PACKED, True),
-    "qwen3_moe": ("qwen3_moe", MOE, PACKED, True),
-    # gpt-oss defaults to eager attention (it adds attention sinks) and alternates
-    # sliding (128) and full layers.
-    "gpt_oss-eager": ("gpt_oss", GPT_OSS, ADDITIVE, True),
-    "gpt_oss-eager-window4": ("gpt_oss", {**GPT_OSS, "sliding_window": 4}, PADDED, True),
-    # Its convolution has biases: left padding would leak into the conv state (measured:
-    # 7e-2 off), so its prompts are batched by length.
-    "lfm2-conv": (
-        "lfm2",
-        {"layer_types": ["conv", "full_attention"], "conv_bias": True},
-        PADDED,
-        False,
-    ),
-}
 
 
 def _random_sequences(loaded: LoadedModel, lengths: list[int], seed: int) -> list[Sequence]:
