@@ -67,8 +67,13 @@ class Sequence:
     prompt_len: int
     #: The sequence's advantage (RL); the same for each of its completion tokens.
     advantage: float = 0.0
-    #: Logprob of each completion token when it was sampled (RL).
+    #: Logprob of each completion token under the policy that sampled it, from a
+    #: training-style forward (RL, off-policy steps); None on-policy, where the training
+    #: forward's own logprobs serve, detached.
     old_logprobs: list[float] | None = None
+    #: The sampler's own logprob of each completion token, as it drew them (RL): for
+    #: the sampling mismatch metrics and truncated importance sampling.
+    sampler_logprobs: list[float] | None = None
     #: Train on prompt tokens too (SFT without completion_only_loss).
     train_prompt: bool = False
 
@@ -86,6 +91,7 @@ class PackedBatch:
     #: 1.0 where the target is trained on.
     loss_mask: torch.Tensor
     advantages: torch.Tensor
+    #: The sequences' ``old_logprobs`` at the positions predicting them (0 elsewhere).
     old_logprobs: torch.Tensor
     #: Real (non-padding) tokens.
     real_tokens: int
@@ -102,6 +108,11 @@ class PackedBatch:
     info: dict[str, float] = field(default_factory=dict)
     #: A few (prompt, completion, reward) records kept for inspection.
     samples: list[dict[str, Any]] = field(default_factory=list)
+    #: The sequences' ``sampler_logprobs`` placed as ``old_logprobs`` (None: none has).
+    sampler_logprobs: torch.Tensor | None = None
+    #: Trained by the policy that sampled it, once: the old logprobs are the training
+    #: forward's own, detached (``old_logprobs`` is unused).
+    on_policy: bool = False
 
     @property
     def loss_tokens(self) -> float:
@@ -149,7 +160,48 @@ class PackedBatch:
             setattr(self, name, getattr(self, name).to(device))
         if self.sees_ids is not None:
             self.sees_ids = self.sees_ids.to(device)
+        if self.sampler_logprobs is not None:
+            self.sampler_logprobs = self.sampler_logprobs.to(device)
         return self
+
+
+def completion_values(
+    batch: PackedBatch, values: torch.Tensor, sequences: list[Sequence]
+) -> list[list[float]]:
+    """Per sequence of ``sequences`` (as packed into ``batch``), ``values`` at the slots
+    that predict its completion tokens, in order: the inverse of how :func:`pack` places
+    ``old_logprobs``, so a forward over the packed batch gives each sequence's list.
+
+    A sequence lies in one row, its slots in order, so the trained slots read row by row
+    and grouped by owner (a stable sort) are each sequence's values in order; a sequence
+    without a prompt token cannot have its first token predicted and gets 0.0 for it.
+    """
+    chosen = (batch.loss_mask > 0) & (batch.seq_ids >= 0)
+    owners = batch.seq_ids[chosen]
+    found = values.detach()[chosen].float()
+    order = torch.argsort(owners, stable=True)
+    counts = torch.bincount(owners, minlength=len(sequences)).tolist()
+    rows = [list(part) for part in torch.split(found[order].cpu(), counts)]
+    out = []
+    for seq, row in zip(sequences, rows, strict=False):
+        lead = [0.0] * (len(seq.tokens) - seq.prompt_len - len(row))
+        out.append(lead + [float(v) for v in row])
+    return out
+
+
+def _place(
+    flat: list[float], index: int, values: list[float] | None, count: int, span: slice, what: str
+) -> None:
+    """Write sequence ``index``'s per-completion-token ``values`` (``count`` of them)
+    into ``span``, the slots predicting them; ``span`` is one shorter when the first
+    token cannot be predicted (no prompt token), and that first value is skipped."""
+    if values is None:
+        return
+    if len(values) != count:  # a list slice would silently resize
+        raise ValueError(
+            f"sequence {index} has {count} completion tokens but {len(values)} {what}"
+        )
+    flat[span] = values[count - (span.stop - span.start) :]
 
 
 def _first_fit_decreasing(sizes: list[int], width: int) -> tuple[list[list[int]], list[int]]:
@@ -295,7 +347,7 @@ def pack(
     size = len(rows) * width
     ids, positions, owners = [pad_id] * size, [0] * size, [-1] * size
     targets, mask = [0] * size, [0.0] * size
-    advantages, old = [0.0] * size, [0.0] * size
+    advantages, old, sampler = [0.0] * size, [0.0] * size, [0.0] * size
     # The sequence whose slots each slot may see besides its own: a shared prompt's
     # (ids from len(sequences) on), or -2 (none; never an owner, not even padding's -1).
     sees = None if shared is None else [-2] * size
@@ -331,14 +383,10 @@ def pack(
                 first = offset - skip + (0 if seq.train_prompt else max(p - 1, 0))
                 mask[first : end - 1] = [1.0] * (end - 1 - first)
                 advantages[first : end - 1] = [float(seq.advantage)] * (end - 1 - first)
-                if seq.old_logprobs is not None:
-                    if len(seq.old_logprobs) != n - p:  # a list slice would silently resize
-                        raise ValueError(
-                            f"sequence {index} has {n - p} completion tokens but "
-                            f"{len(seq.old_logprobs)} sampling logprobs"
-                        )
-                    lead = 1 if p == 0 else 0  # (the untrainable first token, as above)
-                    old[offset - skip + p - 1 + lead : end - 1] = seq.old_logprobs[lead:]
+                lead = 1 if p == 0 else 0  # (the untrainable first token, as above)
+                span = slice(offset - skip + p - 1 + lead, end - 1)
+                _place(old, index, seq.old_logprobs, n - p, span, "old logprobs")
+                _place(sampler, index, seq.sampler_logprobs, n - p, span, "sampling logprobs")
                 offset = end
     input_ids = torch.tensor(ids, dtype=torch.long).view(shape)
     position_ids = torch.tensor(positions, dtype=torch.long).view(shape)
@@ -358,4 +406,9 @@ def pack(
         real_tokens=sum(fill),
         layout=layout,
         sees_ids=None if sees is None else torch.tensor(sees, dtype=torch.long).view(shape),
+        sampler_logprobs=(
+            torch.tensor(sampler).view(shape)
+            if any(s.sampler_logprobs is not None for s in sequences)
+            else None
+        ),
     )

@@ -19,12 +19,12 @@ import torch
 
 from art_hydra.distributed import World, seed_for
 from art_hydra.errors import StallError
-from art_hydra.packing import PackedBatch, Sequence, pack
+from art_hydra.packing import PackedBatch, Sequence, completion_values, pack
 from art_hydra.rl.advantages import group_advantages
 from art_hydra.rl.sampling import SamplingSettings, sample
 from art_hydra.tasks import Example, Task, TaskDataError
 from art_hydra.tasks.scoring import Scores, score_rewards
-from art_hydra.trainer import eval_mode
+from art_hydra.trainer import eval_mode, packed_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +197,9 @@ class MiniBatch:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> MiniBatch:
-        return cls([Sequence(**s) for s in data["sequences"]], data["info"], data["samples"])
+        # Saved before sampler logprobs were kept apart: the old logprobs were the sampler's.
+        sequences = [{"sampler_logprobs": s.get("old_logprobs"), **s} for s in data["sequences"]]
+        return cls([Sequence(**s) for s in sequences], data["info"], data["samples"])
 
 
 def _slice(examples: list[Example], size: int, rank: int) -> list[Example]:
@@ -240,6 +242,14 @@ class RLProducer:
         self.groups = completions_per_step // rl_cfg.num_generations
         self.capacity = capacity
         self.sampling = sampling
+        #: Whether every step trains the policy that sampled its rollouts, once (one
+        #: iteration, one step per generation, no overlap): its old logprobs are then the
+        #: training forward's own; otherwise a forward at sampling time records them.
+        self.on_policy = (
+            rl_cfg.num_iterations == 1
+            and rl_cfg.steps_per_generation == 1
+            and not rl_cfg.overlap_rollouts
+        )
         self.stop_ids = stop_token_ids(loaded)
         ids = encode_checked(
             loaded.tokenizer, task.examples, rl_cfg.max_prompt_length, "rl.max_prompt_length"
@@ -289,6 +299,7 @@ class RLProducer:
         pad = self.loaded.tokenizer.pad_token_id
         batch = pack(mini.sequences, self.capacity, pad, self.loaded.layout, self.share_prompts)
         batch.step_loss_tokens = batch.loss_tokens
+        batch.on_policy = self.on_policy
         batch.info = dict(mini.info)
         batch.samples = list(mini.samples)
         return [batch]
@@ -300,7 +311,9 @@ class RLProducer:
         examples = _slice(self.stream.take(per_rank * self.ranks), per_rank, self.rank)
         repeated = [self.prompt_ids[_prompt_key(ex)] for ex in examples for _ in range(n)]
         sampler = self.sampler if self.sampler is not None else self.loaded.model
-        with eval_mode(sampler) as model:
+        # Sampled in the precision the trainer computes in (its autocast), so the
+        # sampler's logprobs differ from the training forward's by kernels alone.
+        with eval_mode(sampler) as model, self.loaded.compute_precision():
             completions, logprobs = sample(
                 model,
                 repeated,
@@ -312,6 +325,7 @@ class RLProducer:
                 left_padding=self.loaded.layout.left_padding,
                 timeout_s=self.timeouts.rollout_s,
             )
+            old = None if self.on_policy else self._old_logprobs(model, repeated, completions)
         self.generations += 1
         texts = tok.batch_decode(completions, skip_special_tokens=True)
         pairs = list(zip((ex for ex in examples for _ in range(n)), texts, strict=True))
@@ -332,9 +346,11 @@ class RLProducer:
             )
         advantages, _ = group_advantages(rewards, n, self.rl.scale_rewards)
         sequences = [
-            Sequence(tokens=p + c, prompt_len=len(p), advantage=a, old_logprobs=lp)
+            Sequence(tokens=p + c, prompt_len=len(p), advantage=a, sampler_logprobs=lp)
             for p, c, a, lp in zip(repeated, completions, advantages, logprobs, strict=True)
         ]
+        for seq, values in zip(sequences, old or (), strict=False):
+            seq.old_logprobs = values
         size = self.groups * n
         return [
             self._mini_batch(
@@ -347,6 +363,30 @@ class RLProducer:
             )
             for start in range(0, len(sequences), size)
         ]
+
+    @torch.no_grad()
+    def _old_logprobs(
+        self, model: Any, prompts: list[list[int]], completions: list[list[int]]
+    ) -> list[list[float]]:
+        """Off-policy steps' old logprobs: each completion's logprobs under the policy
+        that sampled it (``model``), from a forward in the trainer's precision over each
+        mini-batch packed as the trainer will pack it (TRL computes them so at generation
+        time); the later steps' ratios then measure the policy's change alone."""
+        size = self.groups * self.rl.num_generations
+        pad = self.loaded.tokenizer.pad_token_id
+        found: list[list[float]] = []
+        for start in range(0, len(prompts), size):
+            sequences = [
+                Sequence(tokens=p + c, prompt_len=len(p))
+                for p, c in zip(
+                    prompts[start : start + size], completions[start : start + size], strict=True
+                )
+            ]
+            batch = pack(sequences, self.capacity, pad, self.loaded.layout, self.share_prompts)
+            batch.to(self.loaded.device)
+            values, _ = packed_logprobs(model, batch, self.sampling)
+            found += completion_values(batch, values, sequences)
+        return found
 
     def _mini_batch(
         self,

@@ -27,7 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from art_hydra.config import run_files
-from art_hydra.config.objective import STEP_METRICS, ObjectiveSpec, reduce_values, resolve
+from art_hydra.config.objective import (
+    RL_STAT_METRICS,
+    STEP_METRICS,
+    ObjectiveSpec,
+    reduce_values,
+    resolve,
+)
 
 #: The record's file name in a job's folder.
 RESULT = run_files.RESULT
@@ -110,7 +116,7 @@ def windowed_metrics(spec: ObjectiveSpec, rows: list[dict[str, Any]]) -> dict[st
     """Every logged metric reduced over the objective's window, as the objective is."""
     window = rows[-spec.window :] if rows else []
     out: dict[str, float] = {}
-    for name in STEP_METRICS:
+    for name in (*STEP_METRICS, *RL_STAT_METRICS):
         values = [r[name] for r in window if _finite(r.get(name))]
         if values:
             out[name] = reduce_values(values, spec.reduce)

@@ -155,9 +155,12 @@ def _record_refusal(folder: Path, exc: ConfigValidationError) -> None:
         log.warning("could not write %s: %s", folder / RESULT, error)
 
 
-def build_trainer_and_producer(cfg: DictConfig, world: Any = None) -> tuple[Any, Any]:
+def build_trainer_and_producer(
+    cfg: DictConfig, world: Any = None, loaded: Any = None
+) -> tuple[Any, Any]:
     """Task, model, trainer and producer for a validated config (also used by bench/);
-    ``world`` is this rank's place among several (None: a single process)."""
+    ``world`` is this rank's place among several (None: a single process); ``loaded``
+    a model already loaded for ``cfg.model`` (None: load it)."""
     from art_hydra.backends import load_model
     from art_hydra.producer import RLProducer, SFTProducer
     from art_hydra.rl.sampling import SamplingSettings, suppressed_ids
@@ -165,7 +168,8 @@ def build_trainer_and_producer(cfg: DictConfig, world: Any = None) -> tuple[Any,
     from art_hydra.trainer import Objective, Trainer
 
     task = build_task(cfg)
-    loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=task.charset())
+    if loaded is None:
+        loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=task.charset())
     batch, capacity = cfg.trainer.per_device_train_batch_size, cfg.model.max_seq_length
     if cfg.algorithm.name == AlgorithmName.sft:
         trainer = Trainer(loaded, cfg.trainer, Objective.for_sft(), world)

@@ -15,9 +15,15 @@ from typing import Any
 
 import torch
 
-from art_hydra.backends.torch_backend import LoadedModel
+from art_hydra.backends.torch_backend import LoadedModel, warn_if_updates_round_away
 from art_hydra.packing import PackedBatch
-from art_hydra.rl.losses import PolicyLossSettings, policy_loss, sft_loss
+from art_hydra.rl.losses import (
+    PolicyLossSettings,
+    policy_loss,
+    sampling_mismatch,
+    sft_loss,
+    truncated_importance_weight,
+)
 from art_hydra.rl.sampling import SamplingSettings, token_logprobs
 
 
@@ -209,6 +215,8 @@ class Trainer:
         self.cfg = trainer_cfg
         self.objective = objective
         self.optimizer, self.scheduler = build_optimizer(self.model, trainer_cfg)
+        if loaded.half_weights:
+            warn_if_updates_round_away(self.model, trainer_cfg.learning_rate)
         #: Loss scaling for float16 mixed precision (its small range underflows gradients).
         self.scaler = (
             torch.amp.GradScaler(loaded.device.type) if loaded.autocast == torch.float16 else None
@@ -256,16 +264,11 @@ class Trainer:
                     return packed_logprobs(self.model, batch, self.objective.sampling)[0]
             return packed_logprobs(self.reference, batch, self.objective.sampling)[0]
 
-    def _forward_precision(self) -> Any:
-        """Autocast for mixed precision; nothing otherwise."""
-        if self.loaded.autocast is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.loaded.device.type, dtype=self.loaded.autocast)
-
     def loss(self, batch: PackedBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        """The micro-batch's share of the step loss, and its statistics."""
+        """The micro-batch's share of the step loss, and its statistics, computed in the
+        model's one precision (the one its rollouts were sampled in)."""
         batch.to(self.loaded.device)
-        with self._forward_precision():
+        with self.loaded.compute_precision():
             return self._loss(batch)
 
     def _loss(self, batch: PackedBatch) -> tuple[torch.Tensor, dict[str, float]]:
@@ -274,15 +277,27 @@ class Trainer:
         denominator = batch.step_loss_tokens or float(mask.sum().clamp(min=1))
         if self.objective.rl is not None:
             ref = self._reference_logprobs(batch) if self.objective.needs_reference else None
+            # On-policy, the policy that sampled is the one training: its old logprobs are
+            # this forward's, detached (as TRL does), so the ratio is exactly 1; the
+            # sampler's own only measure (and optionally correct) their difference.
+            old = logprobs.detach() if batch.on_policy else batch.old_logprobs
+            cap = self.objective.rl.importance_sampling_cap
+            sampler = batch.sampler_logprobs
+            weight = None
+            if cap is not None and sampler is not None:
+                weight = truncated_importance_weight(old, sampler, mask, cap)
             loss, stats = policy_loss(
                 logprobs,
-                batch.old_logprobs,
+                old,
                 batch.advantages,
                 mask,
                 self.objective.rl,
                 denominator,
                 ref,
+                weight,
             )
+            if sampler is not None:
+                stats.update(sampling_mismatch(old, sampler, mask))
         else:
             loss, stats = sft_loss(logprobs, mask, denominator)
         masked = float(mask.sum().clamp(min=1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +32,24 @@ class LoadedModel:
     #: How training rows are laid out and prompts batched, chosen by the backend from the
     #: model's config (see :func:`art_hydra.backends.layout.row_layout`).
     layout: Layout
-    #: Mixed precision: the training forward runs under autocast to this dtype, with
-    #: loss scaling, over float32 weights (None: train in the weights' own dtype).
+    #: Mixed precision: every forward (training, sampling, old and reference logprobs)
+    #: runs under autocast to this half dtype over float32 trained weights, with loss
+    #: scaling for float16 (None: compute in the weights' own dtype).
     autocast: Any = None
+    #: Full fine-tuning of pure bfloat16 weights, without float32 masters
+    #: (``model.master_weights=false``): small updates round away (the trainer measures
+    #: how many at its learning rate and warns).
+    half_weights: bool = False
+
+    def compute_precision(self) -> contextlib.AbstractContextManager[Any]:
+        """The one precision this model computes in, for training and sampling alike:
+        autocast to :attr:`autocast`, or nothing. Sampling in another precision than the
+        training forward would make the on-policy importance ratio differ from 1."""
+        if self.autocast is None:
+            return contextlib.nullcontext()
+        import torch
+
+        return torch.autocast(self.device.type, dtype=self.autocast)
 
     def save_weights(self, folder: Path) -> None:
         """The trained weights as a standard folder (PEFT adapters, or a full model), and
@@ -83,7 +99,8 @@ def resolve_device(device: Device) -> Any:
 
 
 def torch_dtype(dtype: DType) -> Any:
-    """The dtype the weights are loaded in: float16 trains mixed, on float32 masters."""
+    """The dtype ``dtype`` names for loading (float16 trains mixed, on float32 masters);
+    :func:`load_dtype` is the torch backend's choice, which also keeps bfloat16 masters."""
     import torch
 
     return {
@@ -94,11 +111,111 @@ def torch_dtype(dtype: DType) -> Any:
     }[dtype]
 
 
-def autocast_dtype(dtype: DType) -> Any:
-    """The forward pass's autocast dtype (float16 mixed precision), or None."""
+def _full(model_cfg: Any) -> bool:
+    return model_cfg.finetune == FinetuneMethod.full
+
+
+def load_dtype(model_cfg: Any) -> Any:
+    """The dtype the torch backend loads weights in: float32 where they train on float32
+    masters (float16 always, bfloat16 in full fine-tuning unless
+    ``model.master_weights=false``), loaded straight in float32 rather than cast after;
+    a LoRA base keeps the half type (it is frozen), and ``auto`` the checkpoint's."""
     import torch
 
-    return torch.float16 if dtype == DType.float16 else None
+    if model_cfg.dtype == DType.bfloat16 and _full(model_cfg) and model_cfg.master_weights:
+        return torch.float32
+    return torch_dtype(model_cfg.dtype)
+
+
+def autocast_dtype(dtype: DType) -> Any:
+    """The autocast dtype ``dtype`` names (its half type), or None for float32/auto."""
+    import torch
+
+    return {DType.float16: torch.float16, DType.bfloat16: torch.bfloat16}.get(dtype)
+
+
+class HalfWeightsError(CompactHydraException, ValueError):
+    """float16 weights were asked to train without float32 masters."""
+
+
+def settle_precision(model: Any, model_cfg: Any) -> tuple[Any, bool]:
+    """Put the loaded ``model``'s weights in the dtype they train in, and return the
+    autocast dtype every forward uses and whether pure half weights train.
+
+    The half type is ``model.dtype``'s, or with ``auto`` the checkpoint's. Full
+    fine-tuning trains float32 masters under autocast to it (a half checkpoint loaded with
+    ``auto`` is cast up here), unless ``model.master_weights=false`` asks for pure
+    bfloat16 weights; float16 weights cannot train (refused). A LoRA base stays frozen
+    in the half type and computes under autocast; its trained weights (adapters and
+    ``modules_to_save``) are cast to float32 by :func:`float32_trainables`.
+    """
+    import torch
+
+    half = autocast_dtype(model_cfg.dtype)
+    if model_cfg.dtype == DType.auto:
+        loaded = next(model.parameters()).dtype
+        half = loaded if loaded in (torch.float16, torch.bfloat16) else None
+    if half is None or not _full(model_cfg):
+        return half, False
+    if model_cfg.master_weights:
+        model.float()  # loaded in float32 already unless dtype=auto found a half checkpoint
+        return half, False
+    if half == torch.float16:
+        raise HalfWeightsError(
+            f"model.master_weights=false with model.dtype={model_cfg.dtype.name}: the "
+            f"checkpoint {model_cfg.name} is float16, and float16 weights cannot train "
+            "(they overflow within a few steps, and loss scaling needs float32 weights). "
+            "Fix: model.master_weights=true (float16 mixed precision), or model.dtype=bfloat16."
+        )
+    return None, True  # pure bfloat16 weights compute in their own dtype
+
+
+def float32_trainables(model: Any) -> None:
+    """Cast every trained parameter of a LoRA model (adapters, ``modules_to_save``) to
+    float32, whatever the frozen base's dtype: half adapters would round their own small
+    updates away, as pure half weights do."""
+    import torch
+
+    for param in model.parameters():
+        if param.requires_grad and param.dtype != torch.float32:
+            param.data = param.data.float()
+
+
+#: Below this share of trainable weights that a step of the learning rate cannot move,
+#: pure bfloat16 weights are let pass silently.
+ROUNDED_AWAY_WARN = 0.01
+
+
+def rounded_away_share(model: Any, learning_rate: float) -> float:
+    """The share of trainable weights ``w`` that an update of about the learning rate
+    (an Adam step is about ``lr`` per weight) cannot change in bfloat16: ``lr`` below
+    half a bfloat16 step of ``w``, taken as ``|w| * 2**-9`` (bfloat16 keeps 8 significant
+    bits, so a step of ``w`` is between ``|w| * 2**-8`` and ``|w| * 2**-7``)."""
+    import torch
+
+    stuck = total = 0
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                stuck += int((param.abs().float() * 2.0**-9 > learning_rate).sum())
+                total += param.numel()
+    return stuck / total if total else 0.0
+
+
+def warn_if_updates_round_away(model: Any, learning_rate: float) -> float:
+    """Measure :func:`rounded_away_share` for pure bfloat16 weights and warn, with the
+    share and the fix, when more than :data:`ROUNDED_AWAY_WARN` of them would not move."""
+    share = rounded_away_share(model, learning_rate)
+    if share > ROUNDED_AWAY_WARN:
+        log.warning(
+            "model.master_weights=false trains pure bfloat16 weights: at "
+            "trainer.learning_rate=%g an update is below half a bfloat16 step for %.1f%% of "
+            "the trainable weights, so most of each update rounds away. Fix: "
+            "model.master_weights=true (float32 master weights, bfloat16 compute).",
+            learning_rate,
+            100.0 * share,
+        )
+    return share
 
 
 def load_base(model_cfg: Any, seed: int, charset: str | None = None) -> tuple[Any, Any]:
@@ -109,7 +226,7 @@ def load_base(model_cfg: Any, seed: int, charset: str | None = None) -> tuple[An
         tokenizer = build_tokenizer(charset)
         model = build_model(model_cfg, tokenizer, seed)
         if model_cfg.dtype != DType.auto:
-            model = model.to(torch_dtype(model_cfg.dtype))
+            model = model.to(load_dtype(model_cfg))
         return model, tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -121,7 +238,7 @@ def load_base(model_cfg: Any, seed: int, charset: str | None = None) -> tuple[An
         model_cfg.name,
         revision=model_cfg.revision,
         trust_remote_code=model_cfg.trust_remote_code,
-        dtype=torch_dtype(model_cfg.dtype),
+        dtype=load_dtype(model_cfg),
         use_safetensors=True,  # never unpickle weights (a pickle can run any code)
         output_loading_info=True,
     )
@@ -194,6 +311,7 @@ def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None
     """Load ``cfg.model`` with transformers (+ peft) on ``cfg.backend.device``."""
     device = resolve_device(backend_cfg.device)
     model, tokenizer = load_base(model_cfg, seed, charset)
+    autocast, half_weights = settle_precision(model, model_cfg)
     if backend_cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     layout = row_layout(model.config, capacity=model_cfg.max_seq_length)
@@ -203,6 +321,7 @@ def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None
         from art_hydra.backends.adapters import add_lora
 
         model = add_lora(model, model_cfg.lora, seed)
+        float32_trainables(model)
     model.to(device)
     return LoadedModel(
         model=model,
@@ -210,5 +329,6 @@ def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None
         device=device,
         is_peft=is_peft,
         layout=layout,
-        autocast=autocast_dtype(model_cfg.dtype),
+        autocast=autocast,
+        half_weights=half_weights,
     )

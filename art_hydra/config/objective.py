@@ -33,6 +33,11 @@ STEP_METRICS = (
     "step_time_s",
 )
 
+#: Statistics of the RL loss a step's record holds beside :data:`STEP_METRICS` (the
+#: trainer's ``StepResult.stats``): how far the sampler's logprobs of the trained tokens
+#: are from the training side's (mean and largest absolute difference, in nats).
+RL_STAT_METRICS = ("sampling_mismatch_mean", "sampling_mismatch_max")
+
 #: A reward's metric name: kept plain, since it becomes a metrics.jsonl key
 #: (``reward/<name>/mean``) and a TensorBoard tag.
 REWARD_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -62,7 +67,15 @@ _NOT_IN_SFT = frozenset(
 
 #: The metrics where lower is better; ``direction=auto`` maximises every other one.
 LOWER_IS_BETTER = frozenset(
-    {"loss", "kl", "grad_norm", "clip_fraction", "zero_std_groups", "step_time_s"}
+    {
+        "loss",
+        "kl",
+        "grad_norm",
+        "clip_fraction",
+        "zero_std_groups",
+        "step_time_s",
+        *RL_STAT_METRICS,
+    }
 )
 
 #: ``metric=auto`` under each algorithm.
@@ -73,7 +86,7 @@ def logged_metrics(algorithm: AlgorithmName) -> tuple[str, ...]:
     """The metrics ``algorithm`` logs with a value an objective can compare."""
     if algorithm == AlgorithmName.sft:
         return tuple(m for m in STEP_METRICS if m not in _NOT_IN_SFT)
-    return STEP_METRICS
+    return (*STEP_METRICS, *RL_STAT_METRICS)
 
 
 @dataclass(frozen=True)

@@ -55,9 +55,12 @@ class Device(Enum):
 class DType(Enum):
     """Parameter dtype; ``auto`` uses the checkpoint's dtype (float32 for the tiny model).
 
-    ``float16`` trains in mixed precision: float32 master weights, float16 autocast in
-    the forward pass and loss scaling (as Hugging Face's Trainer does for fp16); pure
-    float16 weights overflow within a few steps.
+    A half type (``float16``, ``bfloat16``, or ``auto`` on a half checkpoint) trains in
+    mixed precision: float32 master weights and optimizer state, the forward pass (in
+    training and in sampling) under autocast to the half type, and for float16 loss
+    scaling, as Hugging Face's Trainer does for fp16/bf16. Pure float16 weights overflow
+    within a few steps; pure bfloat16 weights (``model.master_weights=false``) round most
+    small updates away. LoRA keeps a half base frozen and its adapters in float32.
     """
 
     auto = "auto"
@@ -118,8 +121,8 @@ class ObjectiveReduce(Enum):
 
 class ObjectiveDirection(Enum):
     """Whether a larger or a smaller objective is better; ``auto`` minimises loss-like
-    metrics (loss, kl, grad_norm, clip_fraction, zero_std_groups, step_time_s) and
-    maximises the others."""
+    metrics (loss, kl, grad_norm, clip_fraction, zero_std_groups, step_time_s,
+    sampling_mismatch_mean and _max) and maximises the others."""
 
     auto = "auto"
     maximize = "maximize"
@@ -215,7 +218,28 @@ class ModelConfig:
     max_seq_length: int = setting(
         1024, ge=1, help="Longest sequence (prompt plus completion) the model will see."
     )
-    dtype: DType = setting(DType.auto, help="Parameter dtype.")
+    dtype: DType = setting(
+        DType.auto,
+        help=(
+            "Parameter dtype. A half type (float16, bfloat16, or auto on a half checkpoint) "
+            "computes under autocast to it, in training and sampling alike; see "
+            "model.master_weights for the weights that train."
+        ),
+    )
+    master_weights: bool = setting(
+        True,
+        help=(
+            "With a half dtype and model.finetune=full: keep the trained weights and the AdamW "
+            "state in float32 and compute under autocast to the half type (mixed precision, as "
+            "Hugging Face's Trainer does). false trains pure bfloat16 weights, which round away "
+            "updates smaller than half a bfloat16 step of the weight (a warning measures the "
+            "share at load); float16 needs float32 masters. No effect under LoRA (adapters are "
+            "float32), Unsloth or float32. A resume may change it: weights and moments are cast "
+            "as they load."
+        ),
+        resume=MAY_CHANGE,
+        legacy=False,
+    )
     load_in_4bit: bool = setting(
         False, help="Load the base weights quantised to 4 bits (QLoRA); needs backend=unsloth."
     )
@@ -406,6 +430,18 @@ class RLConfig:
     loss_type: LossType = setting(LossType.ppo_clip, help="Policy-gradient loss.")
     scale_rewards: bool = setting(
         True, help="Divide group-centred rewards by the group's standard deviation."
+    )
+    importance_sampling_cap: float | None = setting(
+        None,
+        gt=0,
+        why="the cap is a bound on a ratio of probabilities, which is positive.",
+        help=(
+            "Truncated importance sampling between the sampler and the training forward (TRL's "
+            "vllm_importance_sampling_cap, token_truncate): each token's policy term is "
+            "multiplied by min(exp(old - sampler logprob), cap), detached. null: no correction "
+            "(the sampling_mismatch metrics still report the gap)."
+        ),
+        legacy=None,
     )
     overlap_rollouts: bool = setting(
         False,

@@ -36,6 +36,7 @@ from art_hydra.config.schema import (
     BackendName,
     Device,
     DistBackend,
+    DType,
     FinetuneMethod,
     LossType,
     ModelSource,
@@ -218,6 +219,65 @@ def model_and_backend_agree(cfg: DictConfig) -> Iterator[Problem]:
             True,
             "4-bit weights are frozen; full fine-tuning needs trainable full-precision weights.",
             fix({"model.finetune": "lora"}, alt=fix({"model.load_in_4bit": False})),
+        )
+
+
+@validator
+def half_weights_train_on_masters(cfg: DictConfig) -> Iterator[Problem]:
+    """``model.master_weights=false`` asks for pure half weights: float16 cannot train
+    that way (loss scaling unscales gradients into float32 masters, and float16 weights
+    overflow), and where no half weight trains (LoRA adapters, Unsloth, float32) the key
+    does nothing. bfloat16 full fine-tuning may (a load-time warning measures the updates
+    it rounds away)."""
+    model = cfg.model
+    if model.master_weights:
+        return
+    torch_full = model.finetune == FinetuneMethod.full and cfg.backend.name == BackendName.torch
+    if torch_full and model.dtype == DType.float16:
+        yield Problem(
+            "model.master_weights",
+            False,
+            "model.dtype=float16 trains only on float32 master weights: float16 weights "
+            "overflow within a few steps, and loss scaling needs float32 weights to unscale "
+            "the gradient into.",
+            fix(
+                {"model.master_weights": True},
+                "float16 mixed precision",
+                alt=fix({"model.dtype": "bfloat16"}, "pure bfloat16 weights"),
+            ),
+        )
+        return
+    why = (
+        "model.finetune=lora trains float32 adapters over a frozen base"
+        if model.finetune == FinetuneMethod.lora
+        else "backend=unsloth manages its own precision"
+        if cfg.backend.name == BackendName.unsloth
+        else "model.dtype=float32 has no half weights"
+        if model.dtype == DType.float32
+        else None
+    )
+    if why is not None:
+        yield _warning(
+            "model.master_weights",
+            False,
+            f"does nothing: {why}, so no weight trains in a half type.",
+            fix({"model.master_weights": True}),
+        )
+
+
+@validator
+def importance_sampling_cap_above_one(cfg: DictConfig) -> Iterator[Problem]:
+    """The truncated importance weight of an on-policy token is about 1: a cap below 1
+    scales every token's gradient down rather than truncating the rare large ones."""
+    cap = cfg.rl.importance_sampling_cap if _is_rl(cfg) else None
+    if cap is not None and cap < 1:
+        yield _warning(
+            "rl.importance_sampling_cap",
+            cap,
+            f"caps the sampler-to-trainer importance weight at {cap:g}, below the weight of a "
+            f"token both sides agree on (1): every token's policy gradient is scaled by about "
+            f"{cap:g} instead of only the rare tokens the sampler over-drew being truncated.",
+            fix({"rl.importance_sampling_cap": 3.0}, "TRL's default cap"),
         )
 
 

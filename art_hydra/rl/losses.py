@@ -25,12 +25,43 @@ class PolicyLossSettings:
     epsilon: float
     epsilon_high: float
     beta: float
+    #: Truncated importance sampling between sampler and trainer (None: off).
+    importance_sampling_cap: float | None = None
 
     @classmethod
     def from_config(cls, rl_cfg) -> PolicyLossSettings:  # type: ignore[no-untyped-def]
         """PPO-clip's upper range defaults to epsilon; CISPO's cap is required (validated)."""
         high = rl_cfg.epsilon if rl_cfg.epsilon_high is None else rl_cfg.epsilon_high
-        return cls(rl_cfg.loss_type, rl_cfg.epsilon, high, rl_cfg.beta)
+        cap = rl_cfg.importance_sampling_cap
+        return cls(rl_cfg.loss_type, rl_cfg.epsilon, high, rl_cfg.beta, cap)
+
+
+def truncated_importance_weight(
+    old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor, cap: float
+) -> torch.Tensor:
+    """TRL's truncated importance sampling (``token_truncate``): per token
+    ``min(exp(old - sampler), cap)``, detached. The sampler drew from its own
+    distribution; where its numerics differ from the training side's, this reweights each
+    token towards the distribution the loss assumes, and the cap bounds the variance."""
+    keep = mask > 0
+    delta = torch.where(keep, old_logprobs.detach() - sampler_logprobs, 0.0)
+    return torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).clamp(max=cap)
+
+
+def sampling_mismatch(
+    old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
+    """Mean and largest ``|old - sampler|`` logprob over the trained tokens: how far the
+    rollouts' own logprobs are from the training side's for the same policy (precision,
+    kernels, cache versus full forward). 0 only where both compute alike bit for bit."""
+    keep = mask > 0
+    with torch.no_grad():
+        gap = torch.where(keep, (old_logprobs.detach() - sampler_logprobs).abs(), 0.0)
+        masked = mask.sum().clamp(min=1)
+        return {
+            "sampling_mismatch_mean": float((gap * mask).sum() / masked),
+            "sampling_mismatch_max": float(gap.max()) if keep.any() else 0.0,
+        }
 
 
 def policy_loss(
@@ -41,9 +72,13 @@ def policy_loss(
     settings: PolicyLossSettings,
     num_tokens: float,
     ref_logprobs: torch.Tensor | None = None,
+    importance_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Sum of per-token losses over ``mask``, divided by ``num_tokens`` (all tokens of
     the optimizer step, so accumulation splits the same mean).
+
+    ``importance_weight`` (:func:`truncated_importance_weight`) multiplies each token's
+    policy term, not the KL term, as TRL applies its vLLM importance-sampling correction.
 
     PPO-clip: ``-min(r A, clip(r, 1-eps, 1+eps_high) A)``; ``clip_fraction`` counts the
     tokens in a clipped region (ratio below 1-eps with A < 0, or above 1+eps_high with
@@ -68,6 +103,8 @@ def policy_loss(
     else:
         clipped = ratio.clamp(1 - settings.epsilon, 1 + settings.epsilon_high)
         per_token = -torch.min(ratio * advantages, clipped * advantages)
+    if importance_weight is not None:
+        per_token = per_token * importance_weight
     kl = torch.zeros_like(per_token)
     if settings.beta > 0 and ref_logprobs is not None:
         delta = (ref_logprobs - logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)

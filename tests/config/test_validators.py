@@ -138,6 +138,18 @@ CASES = [
     ),
     (["rl.temperature=1e-300"], "rl.temperature", "0 in float32", ["rl.temperature=0.5"]),
     (
+        ["model.dtype=float16", "model.master_weights=false"],
+        "model.master_weights",
+        "trains only on float32 master weights",
+        ["model.dtype=bfloat16", "model.master_weights=false"],
+    ),
+    (
+        ["rl.importance_sampling_cap=0"],
+        "rl.importance_sampling_cap",
+        "must be > 0",
+        ["rl.importance_sampling_cap=3"],
+    ),
+    (
         ["trainer.learning_rate=1e39"],
         "trainer.learning_rate",
         "infinite in float32",

@@ -5,6 +5,7 @@ Shared by the engine tests (imported by name: pytest puts this folder on ``sys.p
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,7 @@ def load_family(
     if attn_implementation is not None:
         loaded.model.set_attn_implementation(attn_implementation)
         layout = row_layout(loaded.model.config, CAPACITY)
-        loaded = LoadedModel(loaded.model, loaded.tokenizer, loaded.device, False, layout=layout)
+        loaded = dataclasses.replace(loaded, layout=layout)
     return cfg, loaded
 
 
