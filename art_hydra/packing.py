@@ -181,11 +181,12 @@ def completion_values(
     found = values.detach()[chosen].float()
     order = torch.argsort(owners, stable=True)
     counts = torch.bincount(owners, minlength=len(sequences)).tolist()
-    rows = [list(part) for part in torch.split(found[order].cpu(), counts)]
-    out = []
-    for seq, row in zip(sequences, rows, strict=False):
-        lead = [0.0] * (len(seq.tokens) - seq.prompt_len - len(row))
-        out.append(lead + [float(v) for v in row])
+    flat = found[order].tolist()
+    out, start = [], 0
+    for seq, count in zip(sequences, counts, strict=False):
+        lead = [0.0] * (len(seq.tokens) - seq.prompt_len - count)
+        out.append(lead + flat[start : start + count])
+        start += count
     return out
 
 

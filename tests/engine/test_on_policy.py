@@ -119,7 +119,7 @@ def test_the_importance_sampling_cap_scales_the_policy_term(overrides: list[str]
         cfg, loaded, _ = tiny([*overrides, f"rl.importance_sampling_cap={cap}"])
         trainer, producer = build_trainer_and_producer(cfg, loaded=loaded)
         batch = producer.make_inputs()[0]
-        losses[cap] = float(trainer.loss(batch)[0])
+        losses[cap] = float(trainer.loss(batch)[0].detach())
     assert losses["null"] != 0.0
     assert losses["0.5"] == pytest.approx(0.5 * losses["null"], rel=1e-5, abs=1e-9)
 
