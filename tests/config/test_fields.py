@@ -147,6 +147,7 @@ def test_every_key_added_after_the_first_run_folders_says_how_old_runs_resume() 
 
 def test_resume_rules_and_legacy_values_are_those_the_run_folder_always_used() -> None:
     assert fields.may_change_keys() == [
+        "model.master_weights",
         "backend.cpu_threads",
         "trainer.max_steps",
         "producer.log_completions",
@@ -164,6 +165,8 @@ def test_resume_rules_and_legacy_values_are_those_the_run_folder_always_used() -
         "rl.num_iterations": 1,
         "rl.steps_per_generation": 1,
         "rl.overlap_rollouts": False,
+        "rl.importance_sampling_cap": None,
+        "model.master_weights": False,
         "producer.share_prompts": False,
         "backend.cpu_threads": None,
         "distributed.world_size": 1,
