@@ -9,7 +9,7 @@ import torch
 from conftest_model import tiny
 
 from art_hydra.backends.layout import unpacked_layout
-from art_hydra.packing import PACKED, Layout, MaskForm, Sequence, pack
+from art_hydra.packing import PACKED, Layout, MaskForm, Sequence, completion_values, pack
 from art_hydra.rl.sampling import SamplingSettings, token_logprobs
 from art_hydra.trainer import packed_logprobs
 
@@ -93,11 +93,17 @@ def test_packed_logprobs_equal_unpacked() -> None:
 def test_sampling_logprobs_must_cover_the_completion_exactly() -> None:
     """One logprob per completion token: a mismatch is an error, never a shifted row."""
     seq = Sequence(tokens=[1, 5, 6, 7], prompt_len=2, advantage=0.5, old_logprobs=[-0.1])
-    with pytest.raises(ValueError, match="2 completion tokens but 1 sampling logprobs"):
+    with pytest.raises(ValueError, match="2 completion tokens but 1 old logprobs"):
         pack([seq], 8, 0, PACKED)
     seq.old_logprobs = [-0.1, -0.2]
+    seq.sampler_logprobs = [-0.3]
+    with pytest.raises(ValueError, match="2 completion tokens but 1 sampling logprobs"):
+        pack([seq], 8, 0, PACKED)
+    seq.sampler_logprobs = [-0.3, -0.4]
     batch = pack([seq], 8, 0, PACKED)
     assert batch.old_logprobs[0, :3].tolist() == pytest.approx([0.0, -0.1, -0.2])
+    assert batch.sampler_logprobs is not None
+    assert batch.sampler_logprobs[0, :3].tolist() == pytest.approx([0.0, -0.3, -0.4])
     assert batch.advantages[0].tolist() == pytest.approx([0.0, 0.5, 0.5, 0.0])
     assert batch.loss_mask[0].tolist() == [0.0, 1.0, 1.0, 0.0]
 
@@ -203,3 +209,26 @@ def test_shared_prompts_give_the_same_logprobs_and_gradient() -> None:
     for plain, shared in zip(*logprobs, strict=True):
         assert torch.allclose(plain, shared, atol=1e-5)
     assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6 * grads[0].abs().max())
+
+
+@pytest.mark.parametrize("share", [False, True], ids=["alone", "shared-prompts"])
+@pytest.mark.parametrize("layout", [PACKED, Layout(MaskForm.padding)], ids=["packed", "padded"])
+def test_completion_values_read_back_what_pack_placed(share: bool, layout: Layout) -> None:
+    """A forward at sampling time gives each sequence its old logprobs through
+    completion_values: the inverse of how pack places them, whatever the layout, with
+    prompts shared or not, and for a sequence without prompt tokens."""
+    rng = random.Random(0)
+    prompts = [[1, 2, 3], [1, 4], [5, 6, 7, 8]]
+    seqs = []
+    for i in range(9):
+        prompt = prompts[i % 3]
+        completion = [rng.randrange(10, 20) for _ in range(rng.randrange(1, 6))]
+        values = [-rng.random() for _ in completion]
+        seqs.append(Sequence(prompt + completion, len(prompt), old_logprobs=values))
+    bare = [rng.randrange(10, 20) for _ in range(4)]
+    seqs.append(Sequence(bare, 0, old_logprobs=[0.0, -0.5, -0.6, -0.7]))
+    batch = pack(seqs, 16, 0, layout, share_prompts=share)
+    assert (batch.sees_ids is not None) == (share and layout.packs)
+    found = completion_values(batch, batch.old_logprobs, seqs)
+    for seq, values in zip(seqs, found, strict=True):
+        assert values == pytest.approx(seq.old_logprobs, abs=1e-7)
