@@ -199,9 +199,7 @@ def _place(
     if values is None:
         return
     if len(values) != count:  # a list slice would silently resize
-        raise ValueError(
-            f"sequence {index} has {count} completion tokens but {len(values)} {what}"
-        )
+        raise ValueError(f"sequence {index} has {count} completion tokens but {len(values)} {what}")
     flat[span] = values[count - (span.stop - span.start) :]
 
 

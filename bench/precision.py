@@ -25,12 +25,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "engine"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from conftest_model import QUICK  # noqa: E402
-from family_models import FAMILIES, load_family, save_family  # noqa: E402
+from conftest_model import QUICK
+from family_models import FAMILIES, load_family, save_family
 
-from art_hydra import compose  # noqa: E402
-from art_hydra.backends.torch_backend import rounded_away_share  # noqa: E402
-from art_hydra.run import build_trainer_and_producer  # noqa: E402
+from art_hydra import compose
+from art_hydra.backends.torch_backend import rounded_away_share
+from art_hydra.run import build_trainer_and_producer
 
 PRECISIONS = {
     "float32": ["model.dtype=float32"],

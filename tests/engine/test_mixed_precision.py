@@ -106,12 +106,16 @@ def test_pure_bfloat16_weights_warn_with_the_share_that_rounds_away(
 
 
 def test_no_warning_where_the_learning_rate_moves_bfloat16_weights(qwen2: Path) -> None:
-    cfg, loaded = load_family(qwen2, overrides=["model.dtype=bfloat16", "model.master_weights=false"])
+    _, loaded = load_family(qwen2, overrides=["model.dtype=bfloat16", "model.master_weights=false"])
     assert rounded_away_share(loaded.model, 1.0) == 0.0
 
 
 def test_lora_adapters_train_in_float32_over_a_bfloat16_base(qwen2: Path) -> None:
-    overrides = ["model.dtype=bfloat16", "model.finetune=lora", "model.lora.modules_to_save=[lm_head]"]
+    overrides = [
+        "model.dtype=bfloat16",
+        "model.finetune=lora",
+        "model.lora.modules_to_save=[lm_head]",
+    ]
     trainer, changed = _one_step(qwen2, overrides)
     trained = [p for p in trainer.model.parameters() if p.requires_grad]
     frozen = [p for p in trainer.model.parameters() if not p.requires_grad]
@@ -132,7 +136,7 @@ def test_auto_on_a_half_checkpoint_trains_float32_masters(qwen2: Path, tmp_path:
 
 def test_auto_on_a_float16_checkpoint_refuses_pure_weights(qwen2: Path, tmp_path: Path) -> None:
     folder = _half_checkpoint(qwen2, torch.float16, tmp_path / "fp16")
-    with pytest.raises(HalfWeightsError, match="model.master_weights=true"):
+    with pytest.raises(HalfWeightsError, match=r"model\.master_weights=true"):
         load_family(folder, overrides=["model.master_weights=false"])
     _, loaded = load_family(folder)
     assert loaded.autocast == torch.float16
