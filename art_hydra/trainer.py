@@ -17,6 +17,7 @@ import torch
 
 from art_hydra.backends.torch_backend import LoadedModel, warn_if_updates_round_away
 from art_hydra.packing import PackedBatch
+from art_hydra.rl.logprobs import PolicyLogprobs
 from art_hydra.rl.losses import (
     PolicyLossSettings,
     policy_loss,
@@ -24,7 +25,7 @@ from art_hydra.rl.losses import (
     sft_loss,
     truncated_importance_weight,
 )
-from art_hydra.rl.sampling import SamplingSettings, token_logprobs
+from art_hydra.rl.sampling import SamplingSettings
 
 
 @dataclass
@@ -83,16 +84,26 @@ class Objective:
 def packed_logprobs(
     model: Any, batch: PackedBatch, sampling: SamplingSettings
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-position logprob of the next token (and entropy) from one forward over the
-    batch's rows, with the mask in the form its layout needs."""
-    inner = getattr(model, "module", model)  # DDP wraps the model
-    dtype = inner.get_input_embeddings().weight.dtype  # what the attention scores are in
-    logits = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask(dtype),
-        position_ids=batch.position_ids,
-    ).logits
-    return token_logprobs(logits, batch.targets, sampling)
+    """Per-position logprob of the next token (and entropy) at the batch's trained
+    positions (``loss_mask > 0``; 0 elsewhere), from one forward over its rows with the
+    mask in the form its layout needs.
+
+    ``model`` is a model, a :class:`PolicyLogprobs` around one, or DDP around that;
+    logits are computed for trained positions only, a chunk at a time (see
+    :mod:`art_hydra.rl.logprobs`).
+    """
+    inner = getattr(model, "module", model)  # DDP wraps the PolicyLogprobs
+    policy = model if isinstance(inner, PolicyLogprobs) else PolicyLogprobs(model)
+    base = inner.model if isinstance(inner, PolicyLogprobs) else inner
+    dtype = base.get_input_embeddings().weight.dtype  # what the attention scores are in
+    return policy(
+        batch.input_ids,
+        batch.attention_mask(dtype),
+        batch.position_ids,
+        batch.loss_mask,
+        batch.targets,
+        sampling,
+    )
 
 
 def no_decay_parameters(model: Any) -> set[int]:
@@ -203,15 +214,17 @@ class Trainer:
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model
-        #: What trains: the model, or DDP around it when there are several ranks (the
-        #: gradients are averaged across ranks in backward; buffers are not broadcast,
-        #: since every rank builds the same ones).
-        self.policy = self.model
-        if world is not None and world.enabled:
+        #: What trains: the model's logprobs at trained positions (PolicyLogprobs), or DDP
+        #: around it when there are several ranks (the gradients are averaged across
+        #: ranks in backward; buffers are not broadcast, since every rank builds the same
+        #: ones).
+        self.policy: Any = PolicyLogprobs(self.model)
+        self._ddp = world is not None and world.enabled
+        if self._ddp:
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [loaded.device.index] if loaded.device.type == "cuda" else None
-            self.policy = DistributedDataParallel(self.model, device_ids=ids, **_no_buffer_sync())
+            self.policy = DistributedDataParallel(self.policy, device_ids=ids, **_no_buffer_sync())
         self.cfg = trainer_cfg
         self.objective = objective
         self.optimizer, self.scheduler = build_optimizer(self.model, trainer_cfg)
@@ -312,8 +325,7 @@ class Trainer:
         # Across ranks, gradients are averaged once per optimizer step: not after the
         # micro-batches that only accumulate.
         accumulating = not batch.warmup and self._micro + 1 < self.cfg.gradient_accumulation_steps
-        ddp = self.policy is not self.model
-        with self.policy.no_sync() if accumulating and ddp else contextlib.nullcontext():
+        with self.policy.no_sync() if accumulating and self._ddp else contextlib.nullcontext():
             loss, stats = self.loss(batch)
             (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         if batch.warmup:
