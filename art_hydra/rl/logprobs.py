@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from art_hydra.rl.sampling import SamplingSettings, token_logprobs
+from art_hydra.rl.sampling import SamplingSettings, logprob_logits, token_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +104,10 @@ class _ChunkHead:
 
     def __call__(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         logits = self.transform(self.head(hidden))
-        chosen, entropy = token_logprobs(logits, targets, self.settings)
-        if self.entropy is None:
-            self.entropy = entropy
+        if self.entropy is not None:  # the backward's recomputation: logprobs only
+            logp = torch.log_softmax(logprob_logits(logits, self.settings), dim=-1)
+            return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        chosen, self.entropy = token_logprobs(logits, targets, self.settings)
         return chosen
 
 
