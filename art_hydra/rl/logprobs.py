@@ -116,6 +116,37 @@ class _ChunkHead:
 HEAD_ROWS = [0]
 
 
+class _Linearised(torch.autograd.Function):
+    """A chunk's logprobs whose gradient with respect to the hidden rows was taken in the
+    forward (``jacobian``: row i holds d logprob_i / d hidden_i, each logprob depending on
+    its own row only): the backward is ``grad * jacobian``, with nothing recomputed."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, hidden: torch.Tensor, values: torch.Tensor, jacobian: torch.Tensor
+    ) -> torch.Tensor:
+        ctx.save_for_backward(jacobian)
+        return values
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        (jacobian,) = ctx.saved_tensors
+        return grad.unsqueeze(-1).to(jacobian.dtype) * jacobian, None, None
+
+
+def _frozen_head_chunk(
+    part: _ChunkHead, hidden: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """A chunk under a head without trainable parameters (LoRA without
+    ``modules_to_save``): the gradient only flows to the hidden rows, so it is taken in
+    the forward, one ``[rows x hidden]`` tensor, and the logits are never recomputed."""
+    with torch.enable_grad():
+        rows = hidden.detach().requires_grad_(True)
+        values = part(rows, targets)
+        (jacobian,) = torch.autograd.grad(values.sum(), rows)
+    return _Linearised.apply(hidden, values.detach(), jacobian)
+
+
 def chunk_logprobs(
     head: torch.nn.Module,
     transform: Callable[[torch.Tensor], torch.Tensor],
@@ -130,15 +161,21 @@ def chunk_logprobs(
 
     With autograd recording, each chunk runs under (non-reentrant) checkpointing: its
     logits are freed after the forward and recomputed in the backward, so they never
-    all exist at once. Gradient reaches ``hidden`` even when the head is frozen.
+    all exist at once. Gradient reaches ``hidden`` even when the head is frozen; then
+    (no head parameter to train) the chunk's gradient is taken in the forward instead
+    and nothing is recomputed.
     """
     rows = chunk_tokens(vocab, CHUNK_ELEMENTS if elements is None else elements)
+    recording = torch.is_grad_enabled()
+    frozen = not any(p.requires_grad for p in head.parameters())
     chosen: list[torch.Tensor] = []
     entropy: list[torch.Tensor] = []
     for start in range(0, hidden.shape[0], rows):
         part = _ChunkHead(head, transform, settings)
         h, t = hidden[start : start + rows], targets[start : start + rows]
-        if torch.is_grad_enabled():
+        if recording and frozen and h.requires_grad:
+            value = _frozen_head_chunk(part, h, t)
+        elif recording:
             value = checkpoint(part, h, t, use_reentrant=False, preserve_rng_state=False)
         else:
             value = part(h, t)

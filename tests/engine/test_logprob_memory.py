@@ -26,9 +26,14 @@ from art_hydra.trainer import packed_logprobs
 TOL = 1e-6
 
 
-@pytest.fixture(autouse=True)
-def _small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chunks of a few rows of the tiny vocabularies: several chunks per batch."""
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of a few rows of the tiny vocabularies: several chunks per batch.
+
+    A matrix product over fewer rows may take another kernel and round differently
+    (about 2.5e-7 relative to the logits): exact to 1e-6 on the tiny model's small
+    logits, relative on the families' large ones (weights of std 0.3).
+    """
     monkeypatch.setattr(lp, "CHUNK_ELEMENTS", 120)
 
 
@@ -77,16 +82,21 @@ def _run(
     return values.detach(), entropy, grads
 
 
-def assert_same_as_full(model: Any, batch: PackedBatch, settings: SamplingSettings) -> None:
+def assert_same_as_full(
+    model: Any, batch: PackedBatch, settings: SamplingSettings, rtol: float = 0.0
+) -> None:
+    """Logprobs and entropies within 1e-6 (plus ``rtol`` of their size), each gradient
+    within 1e-6 of the largest entry of its tensor (plus ``rtol`` of it)."""
     full, full_entropy, full_grads = _run(full_logprobs, model, batch, settings)
     got, entropy, grads = _run(packed_logprobs, model, batch, settings)
     trained = batch.loss_mask > 0
-    assert torch.allclose(got[trained], full[trained], atol=TOL, rtol=0)
-    assert torch.allclose(entropy[trained], full_entropy[trained], atol=TOL, rtol=0)
+    assert torch.allclose(got[trained], full[trained], atol=TOL, rtol=rtol)
+    assert torch.allclose(entropy[trained], full_entropy[trained], atol=TOL, rtol=rtol)
     assert (got[~trained] == 0).all() and (entropy[~trained] == 0).all()
     assert grads.keys() == full_grads.keys() and grads
     for name, grad in grads.items():
-        assert torch.allclose(grad, full_grads[name], atol=TOL, rtol=1e-5), name
+        size = float(full_grads[name].abs().max().clamp(min=1.0))
+        assert float((grad - full_grads[name]).abs().max()) <= (TOL + rtol) * size, name
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -98,10 +108,16 @@ def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.mark.slow
-def test_every_family_gives_the_full_paths_numbers(family: Any) -> None:
+def test_every_family_gives_the_full_paths_numbers(
+    family: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One chunk (the default size at these vocabularies): the full path's numbers to
+    1e-6; several chunks: the same up to the matrix product's rounding."""
     settings = SamplingSettings(temperature=0.7, suppress_ids=suppressed_ids(family.tokenizer))
     assert_same_as_full(family.model, _batch(family), settings)
     assert lp.head_matches(family.model, _batch(family).input_ids)  # not the fallback
+    monkeypatch.setattr(lp, "CHUNK_ELEMENTS", 120)
+    assert_same_as_full(family.model, _batch(family, seed=1), settings, rtol=1e-5)
 
 
 @pytest.mark.slow
@@ -114,6 +130,7 @@ def test_every_family_gives_the_full_paths_numbers(family: Any) -> None:
     ],
     ids=["plain", "top-k", "top-p-suppressed"],
 )
+@pytest.mark.usefixtures("small_chunks")
 def test_sampling_settings(settings: SamplingSettings) -> None:
     """Temperature and suppressed ids shape the logprobs; top-k/top-p (drawing only)
     do not: the same as the full path under every setting."""
@@ -123,6 +140,7 @@ def test_sampling_settings(settings: SamplingSettings) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("saved", ["[lm_head]", "[]"], ids=["trained-head", "frozen-head"])
+@pytest.mark.usefixtures("small_chunks")
 def test_lora(saved: str) -> None:
     """LoRA with the head trained (modules_to_save) or frozen: the same adapter
     gradients; a frozen head still passes gradient to the hidden states."""
@@ -136,6 +154,7 @@ def test_lora(saved: str) -> None:
     assert any("modules_to_save" in n for n in grads) == (saved != "[]")
 
 
+@pytest.mark.usefixtures("small_chunks")
 def test_logits_only_for_trained_positions() -> None:
     """The head runs on the trained rows only (prompts, padding and last tokens get no
     logits), and the reference path (no gradient) the same."""
@@ -150,6 +169,7 @@ def test_logits_only_for_trained_positions() -> None:
         assert lp.HEAD_ROWS[0] - before == trained
 
 
+@pytest.mark.usefixtures("small_chunks")
 def test_no_trained_position_keeps_the_graph() -> None:
     """A batch with nothing to train gives zeros that still backpropagate (zero
     gradients on every parameter, as the full path gives)."""
