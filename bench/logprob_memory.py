@@ -14,7 +14,7 @@ measured interleaved; the full path is skipped where its logits alone (about 4.2
 ``[tokens x vocab]`` copies) would not fit in the memory available.
 
 Usage: python bench/logprob_memory.py [--tokens 1024 4096 16384] [--repeats 2] [--steps 3]
-       [--device cpu|cuda]
+       [--device cpu|cuda] [--frozen-head]
 Importable: :func:`measure_step` (one measurement in this process) and :func:`compare`
 (the table), for ``bench/gpu_smoke.py``.
 """
@@ -109,17 +109,37 @@ def one_step(model: Any, batch: Any, path: str) -> None:
     model.zero_grad(set_to_none=True)
 
 
+_DEFAULT_CHUNKS: dict[str, tuple[int, int]] = {}
+
+
+def _chunk_from_environment() -> None:
+    """The bench's chunk size (``--chunk-elements``), in this process and its children."""
+    from art_hydra.rl import logprobs
+
+    defaults = _DEFAULT_CHUNKS.setdefault(
+        "sizes", (logprobs.CHUNK_ELEMENTS, logprobs.ACCELERATOR_CHUNK_ELEMENTS)
+    )
+    value = os.environ.get("ART_HYDRA_CHUNK_ELEMENTS")
+    sizes = (int(value), int(value)) if value else defaults
+    logprobs.CHUNK_ELEMENTS, logprobs.ACCELERATOR_CHUNK_ELEMENTS = sizes
+
+
 def _rss_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def measure_step(path: str, tokens: int, device: str, steps: int = 3) -> dict[str, float]:
+def measure_step(
+    path: str, tokens: int, device: str, steps: int = 3, frozen_head: bool = False
+) -> dict[str, float]:
     """Peak memory (MB, over the first step) and median time (s, further steps) of the
-    logprob step in this process. On CPU the peak is only right in a fresh process."""
+    logprob step in this process. On CPU the peak is only right in a fresh process.
+    ``frozen_head``: the head takes no gradient (as under LoRA without modules_to_save)."""
     import torch
 
+    _chunk_from_environment()
     model = build_model(device)
+    model.get_output_embeddings().weight.requires_grad_(not frozen_head)
     batch = build_batch(tokens, device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     if device == "cuda":
@@ -150,14 +170,15 @@ def measure_step(path: str, tokens: int, device: str, steps: int = 3) -> dict[st
     }
 
 
-def _fresh(path: str, tokens: int, device: str, steps: int) -> dict[str, float]:
+def _fresh(path: str, tokens: int, device: str, steps: int, frozen_head: bool) -> dict[str, float]:
     code = (
         "import json, sys; sys.path.insert(0, sys.argv[1]); import logprob_memory as m; "
         "print(json.dumps(m.measure_step(sys.argv[2], int(sys.argv[3]), sys.argv[4], "
-        "int(sys.argv[5]))))"
+        "int(sys.argv[5]), sys.argv[6] == '1')))"
     )
     here = os.path.dirname(os.path.abspath(__file__))
-    cmd = [sys.executable, "-c", code, here, path, str(tokens), device, str(steps)]
+    frozen = "1" if frozen_head else "0"
+    cmd = [sys.executable, "-c", code, here, path, str(tokens), device, str(steps), frozen]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -174,7 +195,11 @@ def _available_mb(device: str) -> float:
 
 
 def compare(
-    token_counts: list[int], device: str, repeats: int = 2, steps: int = 3
+    token_counts: list[int],
+    device: str,
+    repeats: int = 2,
+    steps: int = 3,
+    frozen_head: bool = False,
 ) -> list[dict[str, Any]]:
     """Both paths at each token count, interleaved (full, chunked, full, ...); per count
     the lowest peak and the median time of each, and their ratios. The full path is
@@ -187,9 +212,9 @@ def compare(
         for _ in range(repeats):
             for path in paths:
                 if device == "cuda":
-                    seen[path].append(measure_step(path, tokens, device, steps))
+                    seen[path].append(measure_step(path, tokens, device, steps, frozen_head))
                 else:
-                    seen[path].append(_fresh(path, tokens, device, steps))
+                    seen[path].append(_fresh(path, tokens, device, steps, frozen_head))
         row: dict[str, Any] = {"tokens": tokens, "full_estimate_mb": need}
         for path in ("full", "chunked"):
             got = seen.get(path)
@@ -222,15 +247,29 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if any)")
+    parser.add_argument(
+        "--frozen-head", action="store_true", help="the head takes no gradient (LoRA's default)"
+    )
+    parser.add_argument("--chunk-elements", type=int, default=None, help="logits per chunk")
     args = parser.parse_args()
     import torch
 
+    from art_hydra.rl import logprobs
+
+    # The children of a CPU run read it from the environment.
+    os.environ["ART_HYDRA_CHUNK_ELEMENTS"] = str(args.chunk_elements or "")
+    _chunk_from_environment()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    cpu = device == "cpu"
+    chunk = logprobs.CHUNK_ELEMENTS if cpu else logprobs.ACCELERATOR_CHUNK_ELEMENTS
+
     print(
         f"logprob step, tiny Llama (hidden 64, 2 layers), vocabulary {VOCAB:,}, {device}; "
         f"sequences of {SEQUENCE} tokens ({PROMPT} prompt), {args.repeats} interleaved repeats"
+        + (", frozen head" if args.frozen_head else ", trained head")
+        + f", chunks of {chunk:,} logits"
     )
-    compare(args.tokens, device, args.repeats, args.steps)
+    compare(args.tokens, device, args.repeats, args.steps, args.frozen_head)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ per 1,024 tokens at a 151,936-token vocabulary, more than the rest of a small mo
 step. :class:`PolicyLogprobs` runs the model's backbone to its last hidden states, keeps
 the rows of trained positions (``loss_mask > 0``), and applies the head (with the
 family's logit post-processing and :func:`~art_hydra.rl.sampling.logprob_logits`) in
-chunks of about :data:`CHUNK_ELEMENTS` logits under ``torch.utils.checkpoint``: only
-one chunk's logits exist at a time, forward and backward. The result is the same
+chunks of about :data:`CHUNK_ELEMENTS` logits (more on an accelerator) under
+``torch.utils.checkpoint``: only one chunk's logits exist at a time, forward and
+backward. The result is the same
 logprobs and gradients as the plain path (the same ops on the same rows).
 
 A model whose head this module does not know (post-processing outside the table of
@@ -32,9 +33,14 @@ from art_hydra.rl.sampling import SamplingSettings, logprob_logits, token_logpro
 
 log = logging.getLogger(__name__)
 
-#: Logits per chunk (64 MiB in float32): small next to the rest of a step, large enough
-#: that the head's matmul stays efficient (110 rows at a 151,936-token vocabulary).
+#: Logits per chunk on the CPU (64 MiB in float32): small next to the rest of a step,
+#: large enough that the head's matmul stays efficient (110 rows at a 151,936-token
+#: vocabulary).
 CHUNK_ELEMENTS = 1 << 24
+#: Logits per chunk on an accelerator (256 MiB in float32). Each chunk costs about 0.5 ms
+#: of Python and kernel launches; on an H200 with a tiny model, 2^24 took 1.4-1.7x the
+#: full path's time, 2^26 1.06-1.08x at 4k-16k tokens (bench/logprob_memory.py).
+ACCELERATOR_CHUNK_ELEMENTS = 1 << 26
 
 #: Logits of the tiny input the one-time check compares (float32 weights).
 CHECK_ATOL = 1e-5
@@ -157,7 +163,8 @@ def chunk_logprobs(
     elements: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprob of each target and the entropy, for hidden rows ``[n, hidden]``, one
-    chunk of about ``elements`` logits (default :data:`CHUNK_ELEMENTS`) at a time.
+    chunk of about ``elements`` logits (default :data:`CHUNK_ELEMENTS` on the CPU,
+    :data:`ACCELERATOR_CHUNK_ELEMENTS` elsewhere) at a time.
 
     With autograd recording, each chunk runs under (non-reentrant) checkpointing: its
     logits are freed after the forward and recomputed in the backward, so they never
@@ -165,7 +172,10 @@ def chunk_logprobs(
     (no head parameter to train) the chunk's gradient is taken in the forward instead
     and nothing is recomputed.
     """
-    rows = chunk_tokens(vocab, CHUNK_ELEMENTS if elements is None else elements)
+    if elements is None:
+        cpu = hidden.device.type == "cpu"
+        elements = CHUNK_ELEMENTS if cpu else ACCELERATOR_CHUNK_ELEMENTS
+    rows = chunk_tokens(vocab, elements)
     recording = torch.is_grad_enabled()
     frozen = not any(p.requires_grad for p in head.parameters())
     chosen: list[torch.Tensor] = []
@@ -323,7 +333,7 @@ def _verify(model: Any, lm: Any, ids: torch.Tensor) -> bool:
             head = lm.get_output_embeddings()
             hidden = backbone_hidden(lm, kwargs)
             got = logit_transform(lm.config)(head(hidden)).float()
-    except Exception as error:  # noqa: BLE001 - any failure means: use the plain path
+    except Exception as error:  # any failure means: use the plain path
         log.warning(
             "%s: the chunked logprob head does not run (%s); this model class computes "
             "full logits for training (more memory, same results)",
