@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from art_hydra.errors import StallError
+from art_hydra.errors import RunStopped, StallError
 
 
 @dataclass(frozen=True)
@@ -207,12 +207,73 @@ def _distinct(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
 _ROWS_FIXED: set[type] = set()
 
 
-def _selectable(cache: Any) -> bool:
-    """Whether every layer of ``cache`` can pick batch rows by index (key/value layers
-    can; convolutional and recurrent state layers cannot)."""
-    layers = getattr(cache, "layers", None)
-    return bool(layers) and all(
-        callable(getattr(layer, "batch_select_indices", None)) for layer in layers
+def _state_holders(cache: Any) -> list[Any]:
+    """The cache object and each of its layers: everything that may hold batch-sized
+    state (key/value rows, convolution and recurrent states, a linear-attention cache)."""
+    return [cache, *(getattr(cache, "layers", None) or [])]
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in an attribute: itself, or the entries of a list, tuple or dict
+    (hybrid layers keep one conv and one recurrent state per state index in dicts)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [item for item in value if isinstance(item, torch.Tensor)]
+    return []
+
+
+def _select(value: Any, rows: torch.Tensor, size: int) -> Any:
+    """``value`` with every tensor whose first dimension is ``size`` (the distinct
+    prompts) indexed by ``rows``; anything else as it was."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() > 0 and value.shape[0] == size:
+            return value.index_select(0, rows.to(value.device))
+        return value
+    if isinstance(value, dict):
+        return {key: _select(item, rows, size) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_select(item, rows, size) for item in value)
+    return value
+
+
+def _copy_rows(cache: Any, rows: torch.Tensor, size: int) -> bool:
+    """Give each completion its prompt's state: index every batch-sized tensor of the
+    cache and its layers by ``rows`` (key/value rows, conv and SSM/recurrent states
+    alike), then check that every state tensor has one row per completion.
+
+    transformers' own ``batch_select_indices`` cannot be trusted for this: a hybrid layer
+    (Falcon-H1's attention + Mamba layer in 5.2x) inherits the key/value version and
+    leaves its conv/SSM states at the distinct count, which crashes (or, worse, runs)
+    the first decoding step. False when some state is not one row per completion after
+    the copy (a layout this walk does not know): the caller then reads every copy of
+    the prompts instead, which is always right.
+    """
+    holders = _state_holders(cache)
+    for holder in holders:
+        for name, value in list(vars(holder).items()):
+            if name != "layers" and _tensors(value):
+                setattr(holder, name, _select(value, rows, size))
+    states = [
+        tensor
+        for holder in holders
+        for name, value in vars(holder).items()
+        if name != "layers"
+        for tensor in _tensors(value)
+        if tensor.dim() > 0
+    ]
+    return bool(states) and all(state.shape[0] == len(rows) for state in states)
+
+
+def _no_cache(model: Any) -> RunStopped:
+    name = _base_class(model).__name__
+    return RunStopped(
+        f"{name} returned no cache from its prompt pass (use_cache=True), so rollouts cannot "
+        "be sampled token by token: this family's cache is not one transformers' generation "
+        "loop exposes (a recurrent state of its own). algorithm=sft trains it without "
+        "sampling."
     )
 
 
@@ -254,6 +315,10 @@ def _sample_batch(
     each completion before decoding, where the rows part ways.
     """
     device = next(model.parameters()).device
+    # Unpadded, decoding passes no mask (the model's own causal mask is the same): state
+    # space layers (Mamba) read a passed mask as per-token padding of the new token's
+    # input and gave wrong logprobs with the growing prompt-plus-completion mask.
+    padded = len({len(p) for p in prompts}) > 1
     distinct, which = _distinct(prompts)
     cache_arg = _cache_argument(model)
     last_only = _last_logits_only(model)
@@ -272,18 +337,21 @@ def _sample_batch(
     out = None
     if len(distinct) < len(prompts) and _base_class(model) not in _ROWS_FIXED:
         out, attention, positions = prompt_pass(distinct)
-        if _selectable(getattr(out, cache_arg)):
-            rows = torch.tensor(which, device=device)
-            getattr(out, cache_arg).batch_select_indices(rows)
+        rows = torch.tensor(which, device=device)
+        if getattr(out, cache_arg, None) is None:
+            raise _no_cache(model)
+        if _copy_rows(getattr(out, cache_arg), rows, len(distinct)):
             logits = out.logits[:, -1].index_select(0, rows)
             attention, positions = attention[rows], positions[rows]
-        else:  # a cache that cannot copy its rows: read every copy of the prompts
+        else:  # a cache whose rows cannot all be copied: read every copy of the prompts
             _ROWS_FIXED.add(_base_class(model))
             out = None
     if out is None:
         out, attention, positions = prompt_pass(prompts)
         logits = out.logits[:, -1]
-    past = getattr(out, cache_arg)
+    past = getattr(out, cache_arg, None)
+    if past is None:
+        raise _no_cache(model)
     stops = torch.tensor(stop_ids, device=device)
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     tokens: list[torch.Tensor] = []
@@ -305,9 +373,9 @@ def _sample_batch(
         position = position + 1
         out = model(
             input_ids=nxt.unsqueeze(-1),
-            attention_mask=attention,
             position_ids=position,
             use_cache=True,
+            **({"attention_mask": attention} if padded else {}),
             **{cache_arg: past},
         )
         past, logits = getattr(out, cache_arg), out.logits[:, -1]

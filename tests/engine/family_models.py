@@ -28,27 +28,27 @@ def save_family(folder: Path, model_type: str, extra: dict[str, Any]) -> Path:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     tokenizer = build_tokenizer()
-    config = AutoConfig.for_model(
-        model_type,
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        initializer_range=INIT_STD,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        **extra,
-    )
+    sizes = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "initializer_range": INIT_STD,
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+    }
+    config = AutoConfig.for_model(model_type, **{**sizes, **extra})  # a family's own sizes win
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
+    std = config.initializer_range
     with torch.no_grad():  # biases start at zero; a trained model's are not
         for name, param in model.named_parameters():
             if name.endswith("bias"):
-                param.normal_(0, INIT_STD)
+                param.normal_(0, std)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -84,6 +84,117 @@ PACKED, ADDITIVE, PADDED = MaskForm.block_bool, MaskForm.block_additive, MaskFor
 MIXED = ["sliding_attention", "full_attention"]
 MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
 GPT_OSS = {"num_local_experts": 4, "num_experts_per_tok": 2}
+
+HYBRID = ["linear_attention", "full_attention"]
+#: Linear-attention (gated delta net) heads of the Qwen3-Next kin, small.
+LINEAR = {
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+}
+#: Mamba-2 mixers of the hybrids: 8 heads of 16 (hidden 64 x expand 2), small state.
+SSM = {"mamba_n_heads": 8, "mamba_d_head": 16, "mamba_d_state": 16, "mamba_chunk_size": 16}
+
+#: Hybrid and state-space families: id -> (model_type, extra config). Each carries
+#: convolution or recurrent state along the row, so each trains one sequence per row
+#: and samples prompts batched by length (no padding for the state to run through);
+#: the cache copy for shared prompts covers their conv/SSM/recurrent states
+#: (tests/engine/test_hybrid_caches.py). Two layers, one of each kind, where a family
+#: mixes attention and state.
+HYBRIDS: dict[str, tuple[str, dict[str, Any]]] = {
+    "falcon_h1": ("falcon_h1", {**SSM, "mamba_d_ssm": 128}),
+    "bamba": ("bamba", {**SSM, "attn_layer_indices": [1]}),
+    "granitemoehybrid": (
+        "granitemoehybrid",
+        {**SSM, "layer_types": HYBRID, "num_local_experts": 4, "shared_intermediate_size": 32},
+    ),
+    "jamba": (
+        "jamba",
+        {
+            "attn_layer_period": 2,
+            "attn_layer_offset": 1,
+            "expert_layer_period": 2,
+            "expert_layer_offset": 1,
+            "num_experts": 4,
+            "mamba_d_state": 8,
+            "mamba_dt_rank": 8,
+        },
+    ),
+    "nemotron_h": (
+        "nemotron_h",
+        {
+            "layers_block_type": ["linear_attention", "full_attention", "moe"],
+            "n_routed_experts": 4,
+            "moe_intermediate_size": 32,
+            "moe_shared_expert_intermediate_size": 32,
+            "mamba_num_heads": 8,
+            "mamba_head_dim": 16,
+            "ssm_state_size": 16,
+            "n_groups": 1,
+            "chunk_size": 16,
+        },
+    ),
+    "qwen3_next": (
+        "qwen3_next",
+        {**LINEAR, **MOE, "layer_types": HYBRID, "shared_expert_intermediate_size": 32},
+    ),
+    "qwen3_5_text": ("qwen3_5_text", {**LINEAR, "layer_types": HYBRID}),
+    "qwen3_5_moe_text": (
+        "qwen3_5_moe_text",
+        {**LINEAR, **MOE, "layer_types": HYBRID, "shared_expert_intermediate_size": 32},
+    ),
+    "olmo_hybrid": ("olmo_hybrid", {**LINEAR, "layer_types": HYBRID}),
+    "kimi_linear": (
+        "kimi_linear",
+        {
+            "layer_types": HYBRID,
+            "mlp_layer_types": ["dense", "dense"],
+            "linear_num_heads": 4,
+            "linear_head_dim": 16,
+            "num_experts": 4,
+            "qk_rope_head_dim": 8,
+            "qk_nope_head_dim": 8,
+            "v_head_dim": 16,
+        },
+    ),
+    # Zamba ties the shared attention block of its hybrid layers: it needs two of them.
+    "zamba": (
+        "zamba",
+        {
+            "num_hidden_layers": 3,
+            "layers_block_type": ["hybrid", "mamba", "hybrid"],
+            "attention_head_dim": 32,
+            "n_mamba_heads": 2,
+            "mamba_d_state": 8,
+            "mamba_dt_rank": 8,
+        },
+    ),
+    # At the matrix's std 0.3 its cached decoding drifts from the full forward in float32
+    # (1e-3..6e-2 by the 8th token, shrinking smoothly with the std: conditioning, not a
+    # wrong cache); at 0.1 it stays within 4e-5.
+    "zamba2": (
+        "zamba2",
+        {
+            "layers_block_type": ["mamba", "hybrid"],
+            "n_mamba_heads": 8,
+            "mamba_d_state": 16,
+            "chunk_size": 16,
+            "initializer_range": 0.1,
+        },
+    ),
+    "mamba": ("mamba", {"state_size": 8}),
+    "mamba2": (
+        "mamba2",
+        {"num_heads": 8, "head_dim": 16, "state_size": 16, "n_groups": 1, "chunk_size": 16},
+    ),
+    "falcon_mamba": ("falcon_mamba", {"state_size": 8}),
+    "lfm2_moe": (
+        "lfm2_moe",
+        {**MOE, "layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
+    ),
+    "minimax": ("minimax", {"num_local_experts": 4, "block_size": 16}),
+}
 
 #: id -> (model_type, extra config, the mask form its layout must use, left-pads prompts)
 FAMILIES: dict[str, tuple[str, dict[str, Any], MaskForm, bool]] = {
@@ -128,4 +239,5 @@ FAMILIES: dict[str, tuple[str, dict[str, Any], MaskForm, bool]] = {
         PADDED,
         False,
     ),
+    **{name: (model_type, extra, PADDED, False) for name, (model_type, extra) in HYBRIDS.items()},
 }
