@@ -29,6 +29,17 @@ from art_hydra.safe_paths import file_refusal, path_refusal
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 #: Names of the output head a LoRA run may train in full (modules_to_save).
 HEAD_NAMES = ("lm_head", "embed_out", "output")
+#: Families whose rollouts the sampler cannot produce, with why (found on tiny
+#: random-weight models of transformers 5.25): their state between decoding steps is not
+#: a cache the model returns, or their step kernel fails. SFT reads whole sequences in
+#: one forward and trains them (tests/config/test_model_preflight.py).
+NO_SAMPLING = {
+    "recurrent_gemma": "keeps its recurrent state inside its own layers and returns no cache",
+    "rwkv": "returns its recurrent state as `state`, not a cache the sampler can carry from "
+    "one decoding step to the next",
+    "xlstm": "fails in transformers' own inference step kernel on CPU (matC_old has wrong "
+    "shape) at every size tried",
+}
 #: Values of HF_HUB_OFFLINE that explicitly allow downloading.
 _ONLINE = ("0", "false", "no", "off")
 
@@ -211,6 +222,7 @@ def folder_problems(cfg: DictConfig, folder: Path, name: str) -> list[Problem]:
     if not isinstance(config, dict):
         return [_name_problem(name, "holds a config.json that is not a JSON object.", _RESAVE)]
     problems = _type_problems(cfg, config, name)
+    problems += sampling_problems(cfg, config, name)
     problems += _position_problems(cfg, config, name)
     problems += _weight_problems(config, folder, name)
     tokenizer, found = _tokenizer_problems(cfg, config, folder, name)
@@ -259,6 +271,23 @@ def _type_problems(cfg: DictConfig, config: dict[str, Any], name: str) -> list[P
             f"transformers ({len(known)} model types) does not know: loading it would fail.",
             "pip install -U transformers (a newer release may know it), or fix the model_type, "
             "or model.trust_remote_code=true if the folder ships its own modeling code",
+        )
+    ]
+
+
+def sampling_problems(cfg: DictConfig, config: dict[str, Any], name: str) -> list[Problem]:
+    """An RL run on a family whose rollouts cannot be sampled: refused before the model
+    loads (the run would otherwise stop at the first prompt pass, after loading)."""
+    model_type = config.get("model_type")
+    if cfg.algorithm.name != AlgorithmName.rl or model_type not in NO_SAMPLING:
+        return []
+    return [
+        world_problem(
+            "algorithm",
+            "rl",
+            f"cannot sample rollouts from {name}: its family ({model_type}) "
+            f"{NO_SAMPLING[model_type]}. Fine-tuning it with SFT needs no sampling.",
+            fix({"algorithm": "sft"}, "supervised fine-tuning on the task's answers"),
         )
     ]
 

@@ -39,6 +39,7 @@ from model_folders import (
 from art_hydra import Severity, compose
 from art_hydra.folder_tokenizer import load as load_folder_tokenizer
 from art_hydra.preflight import world_problems
+from art_hydra.preflight.model import NO_SAMPLING
 from art_hydra.preflight.lengths import FolderCounter, Lengths, TinyCounter, length_problems
 from art_hydra.tasks.examples import Example
 
@@ -617,3 +618,29 @@ def test_tokenizer_files_that_are_not_regular_files_are_refused_without_blocking
     os.mkfifo(folder / "tokenizer.json")
     (reason,) = _reasons(_pretrained(folder))
     assert "tokenizer.json is a FIFO" in reason
+
+
+# ---- families the sampler cannot serve ---------------------------------------------------
+
+
+@pytest.mark.parametrize("model_type", sorted(NO_SAMPLING))
+def test_rl_on_a_family_without_a_sampling_cache_is_refused_before_loading(
+    families: dict[str, Path], tmp_path: Path, model_type: str
+) -> None:
+    """RWKV, RecurrentGemma and xLSTM keep their state where the sampler cannot carry it
+    between decoding steps: RL is refused from the folder's config.json alone, with SFT
+    as the fix; SFT passes."""
+    folder = _copy(families, "mistral", tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": model_type}))
+    problem = problem_about(_world(_pretrained(folder)), "algorithm")
+    assert problem.severity == Severity.error and model_type in problem.reason
+    assert problem.fix.overrides() == ["algorithm=sft"]
+    assert _reasons(_pretrained(folder, "algorithm=sft"), "algorithm") == []
+
+
+def test_hybrid_families_are_not_refused(families: dict[str, Path], tmp_path: Path) -> None:
+    folder = _copy(families, "mistral", tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "falcon_h1"}))
+    assert _reasons(_pretrained(folder), "algorithm") == []

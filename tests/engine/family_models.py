@@ -23,8 +23,9 @@ CAPACITY = 64
 INIT_STD = 0.3
 
 
-def save_family(folder: Path, model_type: str, extra: dict[str, Any]) -> Path:
-    """A ``from_pretrained``-loadable folder: config, random weights, the char tokenizer."""
+def build_family(model_type: str, extra: dict[str, Any]) -> Any:
+    """The family's tiny random-weight model (seed 0), the char tokenizer's vocabulary;
+    ``extra`` (a family's own config) overrides the common sizes."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     tokenizer = build_tokenizer()
@@ -41,16 +42,20 @@ def save_family(folder: Path, model_type: str, extra: dict[str, Any]) -> Path:
         "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id,
     }
-    config = AutoConfig.for_model(model_type, **{**sizes, **extra})  # a family's own sizes win
+    config = AutoConfig.for_model(model_type, **{**sizes, **extra})
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
-    std = config.initializer_range
     with torch.no_grad():  # biases start at zero; a trained model's are not
         for name, param in model.named_parameters():
             if name.endswith("bias"):
-                param.normal_(0, std)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+                param.normal_(0, config.initializer_range)
+    return model
+
+
+def save_family(folder: Path, model_type: str, extra: dict[str, Any]) -> Path:
+    """A ``from_pretrained``-loadable folder: config, random weights, the char tokenizer."""
+    build_family(model_type, extra).save_pretrained(folder)
+    build_tokenizer().save_pretrained(folder)
     return folder
 
 
