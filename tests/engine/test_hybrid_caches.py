@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 from conftest import output_of
-from family_models import HYBRIDS, build_family, save_family
+from family_models import HYBRIDS, build_family, family_params, save_family
 
 from art_hydra.backends.tiny import build_tokenizer
 from art_hydra.errors import RunStopped
@@ -72,7 +72,7 @@ def _assert_same(a: tuple[list, list], b: tuple[list, list], name: str) -> None:
         assert torch.allclose(torch.tensor(x), torch.tensor(y), atol=ATOL), name
 
 
-@pytest.mark.parametrize("name", sorted(HYBRIDS))
+@pytest.mark.parametrize("name", family_params(HYBRIDS))
 def test_copied_states_sample_as_reading_every_copy(name: str) -> None:
     model_type, extra = HYBRIDS[name]
     model = _model(model_type, extra)

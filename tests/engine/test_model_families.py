@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from family_models import CAPACITY, FAMILIES, load_family, save_family
+from family_models import CAPACITY, FAMILIES, family_params, load_family, save_family
 
 from art_hydra.backends.layout import PROVEN_FAMILIES, row_layout
 from art_hydra.backends.tiny import SPECIALS
@@ -46,7 +46,7 @@ def _alone(model: Any, tokens: list[int], settings: SamplingSettings) -> torch.T
 Family = tuple[str, LoadedModel, MaskForm, bool]
 
 
-@pytest.fixture(scope="module", params=sorted(FAMILIES))
+@pytest.fixture(scope="module", params=family_params(FAMILIES))
 def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Family:
     model_type, extra, form, left_pads = FAMILIES[request.param]
     folder = save_family(tmp_path_factory.mktemp(request.param), model_type, extra)
