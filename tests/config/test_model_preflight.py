@@ -39,8 +39,8 @@ from model_folders import (
 from art_hydra import Severity, compose
 from art_hydra.folder_tokenizer import load as load_folder_tokenizer
 from art_hydra.preflight import world_problems
-from art_hydra.preflight.model import NO_SAMPLING
 from art_hydra.preflight.lengths import FolderCounter, Lengths, TinyCounter, length_problems
+from art_hydra.preflight.model import NO_SAMPLING
 from art_hydra.tasks.examples import Example
 
 
