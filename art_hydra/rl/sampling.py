@@ -207,10 +207,12 @@ def _distinct(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
 _ROWS_FIXED: set[type] = set()
 
 
-def _state_holders(cache: Any) -> list[Any]:
-    """The cache object and each of its layers: everything that may hold batch-sized
-    state (key/value rows, convolution and recurrent states, a linear-attention cache)."""
-    return [cache, *(getattr(cache, "layers", None) or [])]
+def _state_holders(cache: Any) -> list[dict[str, Any]]:
+    """The attributes of the cache object and of each of its layers: everything that may
+    hold batch-sized state (key/value rows, convolution and recurrent states, a linear
+    attention cache). The cache's list of layers itself is not a state."""
+    holders = [cache, *(getattr(cache, "layers", None) or [])]
+    return [getattr(holder, "__dict__", {}) for holder in holders]
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
@@ -252,14 +254,14 @@ def _copy_rows(cache: Any, rows: torch.Tensor, size: int) -> bool:
     the prompts instead, which is always right.
     """
     holders = _state_holders(cache)
-    for holder in holders:
-        for name, value in list(vars(holder).items()):
+    for attributes in holders:
+        for name, value in list(attributes.items()):
             if name != "layers" and _tensors(value):
-                setattr(holder, name, _select(value, rows, size))
+                attributes[name] = _select(value, rows, size)
     states = [
         tensor
-        for holder in holders
-        for name, value in vars(holder).items()
+        for attributes in holders
+        for name, value in attributes.items()
         if name != "layers"
         for tensor in _tensors(value)
         if tensor.dim() > 0
