@@ -44,11 +44,16 @@ SMALL = [
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Each family's saved folder, made once for the module."""
-    made: dict[str, Path] = {}
-    for name, (model_type, extra, _, _) in FAMILIES.items():
-        made[name] = save_family(tmp_path_factory.mktemp(name), model_type, extra)
-    return made
+    """Each family's saved folder, made once for the module when a test first asks for it
+    (a run of a few families builds only theirs)."""
+
+    class Made(dict[str, Path]):
+        def __missing__(self, name: str) -> Path:
+            model_type, extra, _, _ = FAMILIES[name]
+            self[name] = save_family(tmp_path_factory.mktemp(name), model_type, extra)
+            return self[name]
+
+    return Made()
 
 
 def _first_step(folder: Path, family: str, dtype: str, extra: list[str] | None = None) -> Any:
