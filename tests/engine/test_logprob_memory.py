@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 from conftest_model import tiny
-from family_models import CAPACITY, FAMILIES, load_family, save_family
+from family_models import CAPACITY, FAMILIES, family_params, load_family, save_family
 
 from art_hydra.packing import PackedBatch, Sequence, pack
 from art_hydra.rl import logprobs as lp
@@ -99,7 +99,7 @@ def assert_same_as_full(
         assert float((grad - full_grads[name]).abs().max()) <= (TOL + rtol) * size, name
 
 
-@pytest.fixture(scope="module", params=sorted(FAMILIES))
+@pytest.fixture(scope="module", params=family_params(FAMILIES))
 def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     model_type, extra, _, _ = FAMILIES[request.param]
     folder = save_family(tmp_path_factory.mktemp(request.param), model_type, extra)
