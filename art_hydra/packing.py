@@ -77,6 +77,14 @@ class Sequence:
     #: Train on prompt tokens too (SFT without completion_only_loss).
     train_prompt: bool = False
 
+    @property
+    def loss_tokens(self) -> int:
+        """How many of its positions :func:`pack` trains on (its share of a batch's
+        ``loss_mask``): every token after the first trained one; without a prompt token
+        the first completion token has no past to be predicted from."""
+        first = 0 if self.train_prompt else max(self.prompt_len - 1, 0)
+        return max(len(self.tokens) - 1 - first, 0)
+
 
 @dataclass
 class PackedBatch:
@@ -97,7 +105,9 @@ class PackedBatch:
     real_tokens: int
     #: How the rows were laid out, hence which mask the forward needs.
     layout: Layout
-    #: Trained-on tokens of the whole optimizer step this micro-batch belongs to.
+    #: What the loss sum is divided by: the trained-on tokens of the whole optimizer
+    #: step this micro-batch belongs to (with rl.steps_per_generation > 1, the
+    #: generation batch's divided by it; across ranks, see run._normalise_over_ranks).
     step_loss_tokens: float = 0.0
     #: A warmup pass: forward/backward only, no weight or optimizer change.
     warmup: bool = False

@@ -187,19 +187,38 @@ class MiniBatch:
     sequences: list[Sequence]
     info: dict[str, float]
     samples: list[dict[str, Any]]
+    #: Trained-on tokens of the whole generation batch it came from (on this rank);
+    #: None for a mini-batch restored from a checkpoint written before it was kept.
+    generation_loss_tokens: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "sequences": [dataclasses.asdict(s) for s in self.sequences],
             "info": self.info,
             "samples": self.samples,
+            "generation_loss_tokens": self.generation_loss_tokens,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> MiniBatch:
         # Saved before sampler logprobs were kept apart: the old logprobs were the sampler's.
         sequences = [{"sampler_logprobs": s.get("old_logprobs"), **s} for s in data["sequences"]]
-        return cls([Sequence(**s) for s in sequences], data["info"], data["samples"])
+        return cls(
+            [Sequence(**s) for s in sequences],
+            data["info"],
+            data["samples"],
+            data.get("generation_loss_tokens"),
+        )
+
+    def loss_denominator(self, steps_per_generation: int, own_tokens: float) -> float:
+        """What its loss sum is divided by on this rank: the generation batch's mean
+        trained-on tokens per mini-batch (TRL's ``num_items_in_batch`` rescaled by
+        ``steps_per_generation``), so every optimizer step of a generation batch weighs a
+        token alike, however the tokens fell into mini-batches. A mini-batch of an older
+        checkpoint (no generation count) keeps its own count, as it was trained then."""
+        if self.generation_loss_tokens is None:
+            return own_tokens
+        return self.generation_loss_tokens / steps_per_generation
 
 
 def _slice(examples: list[Example], size: int, rank: int) -> list[Example]:
@@ -298,7 +317,9 @@ class RLProducer:
         mini = self.pending.pop(0)
         pad = self.loaded.tokenizer.pad_token_id
         batch = pack(mini.sequences, self.capacity, pad, self.loaded.layout, self.share_prompts)
-        batch.step_loss_tokens = batch.loss_tokens
+        batch.step_loss_tokens = mini.loss_denominator(
+            self.rl.steps_per_generation, batch.loss_tokens
+        )
         batch.on_policy = self.on_policy
         batch.info = dict(mini.info)
         batch.samples = list(mini.samples)
@@ -352,7 +373,8 @@ class RLProducer:
         for seq, values in zip(sequences, old or (), strict=False):
             seq.old_logprobs = values
         size = self.groups * n
-        return [
+        generation_tokens = float(sum(s.loss_tokens for s in sequences))
+        minis = [
             self._mini_batch(
                 examples[start // n : (start + size) // n],
                 sequences[start : start + size],
@@ -363,6 +385,9 @@ class RLProducer:
             )
             for start in range(0, len(sequences), size)
         ]
+        for mini in minis:
+            mini.generation_loss_tokens = generation_tokens
+        return minis
 
     @torch.no_grad()
     def _old_logprobs(

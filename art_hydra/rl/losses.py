@@ -84,9 +84,10 @@ def policy_loss(
     tokens in a clipped region (ratio below 1-eps with A < 0, or above 1+eps_high with
     A > 0). CISPO: the importance weight ``min(r, eps_high)`` (TRL's convention: the cap
     is ``epsilon_high`` itself) is detached and multiplies ``A log p``, so capped tokens
-    still pass gradient; ``clip_fraction`` counts the capped tokens (ratio above the cap,
-    whatever the sign of A; TRL counts those with A > 0 only). With ``beta > 0`` the k3
-    estimator of KL(policy || reference) is added.
+    still pass gradient; ``clip_fraction`` counts the capped tokens with A > 0, as TRL's
+    ``cispo_clip_ratio`` does (so the two compare), and ``cispo_capped_fraction`` the
+    capped tokens of either sign (every token whose weight the cap lowered). With
+    ``beta > 0`` the k3 estimator of KL(policy || reference) is added.
     """
     # Positions outside the mask (padding, prompts, a sequence's last token) may hold
     # -inf logprobs (suppressed or filtered targets); zero them so they add exactly 0.
@@ -120,8 +121,10 @@ def policy_loss(
         )
     masked = mask.sum().clamp(min=1)
     with torch.no_grad():
+        capped = None
         if settings.loss_type == LossType.cispo:
-            clipped_tokens = ratio > settings.epsilon_high
+            capped = ratio > settings.epsilon_high
+            clipped_tokens = capped & (advantages > 0)
         else:
             clip_low = (ratio < 1 - settings.epsilon) & (advantages < 0)
             clip_high = (ratio > 1 + settings.epsilon_high) & (advantages > 0)
@@ -130,6 +133,8 @@ def policy_loss(
             "kl": float((kl * mask).sum() / masked),
             "clip_fraction": float((clipped_tokens.float() * mask).sum() / masked),
         }
+        if capped is not None:
+            stats["cispo_capped_fraction"] = float((capped.float() * mask).sum() / masked)
     return loss, stats
 
 

@@ -69,7 +69,9 @@ def test_cispo_by_hand_caps_at_epsilon_high_itself_and_counts_capped_tokens() ->
     loss.backward()
     assert logp.grad is not None
     assert torch.allclose(logp.grad, torch.tensor([-0.32, -0.32, -0.25, 0.32]))
-    assert stats["clip_fraction"] == pytest.approx(3 / 4)  # every token above the cap
+    # Capped: every token but the third; TRL's count (clip_fraction) takes A > 0 only.
+    assert stats["clip_fraction"] == pytest.approx(2 / 4)
+    assert stats["cispo_capped_fraction"] == pytest.approx(3 / 4)
 
 
 def test_kl_penalty_k3_by_hand() -> None:

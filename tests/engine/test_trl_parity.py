@@ -1,0 +1,207 @@
+"""Where TRL 1.16's GRPOTrainer made a choice, art_hydra makes the same one.
+
+With ``rl.steps_per_generation > 1`` a generation batch trains several optimizer steps;
+TRL divides each step's token-level loss (``dapo``, ``cispo``) by the generation batch's
+``num_items_in_batch`` rescaled to one step (``grpo_trainer.py``, ``_compute_loss``)::
+
+    normalizer = num_items_in_batch / num_processes
+    normalizer = normalizer * gradient_accumulation_steps / steps_per_generation
+
+``num_items_in_batch`` being the loss tokens of the generation batch over all processes.
+In art_hydra one mini-batch is one optimizer step (RL does not accumulate), so each
+mini-batch divides by the generation batch's tokens / steps_per_generation. The formula
+is reproduced here (:func:`trl_normalizer`); where TRL is installed (the ``bench``
+extra), its own ``_compute_loss`` runs on the same tensors (skipped otherwise).
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from conftest_model import tiny
+
+from art_hydra.config.schema import LossType
+from art_hydra.packing import PACKED, Sequence, pack
+from art_hydra.producer import MiniBatch
+from art_hydra.rl.losses import PolicyLossSettings, policy_loss
+from art_hydra.run import build_trainer_and_producer
+
+
+def trl_normalizer(
+    num_items_in_batch: float, processes: int, accumulation: int, steps_per_generation: int
+) -> float:
+    """TRL 1.16's divisor of one micro-batch's loss sum (``dapo`` and ``cispo``)."""
+    return num_items_in_batch / processes * accumulation / steps_per_generation
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("steps_per_generation", [2, 3])
+def test_each_mini_batch_divides_by_the_generation_batch_mean(steps_per_generation: int) -> None:
+    cfg, _, _ = tiny(
+        [f"rl.steps_per_generation={steps_per_generation}", "rl.max_completion_length=12"]
+    )
+    _, producer = build_trainer_and_producer(cfg)
+    inputs = [producer.make_inputs()[0] for _ in range(steps_per_generation)]
+    assert producer.generations == 1  # one generation batch
+    own = [b.loss_tokens for b in inputs]
+    expected = trl_normalizer(sum(own), 1, 1, steps_per_generation)
+    assert [b.step_loss_tokens for b in inputs] == pytest.approx([expected] * len(inputs))
+    # The choice matters here: the mini-batches hold different token counts, so dividing
+    # each by its own count would scale their gradients by own/mean (0.86-1.14x seen).
+    scales = [n / expected for n in own]
+    assert max(abs(s - 1) for s in scales) > 1e-3, scales
+
+
+@pytest.mark.slow
+def test_one_mini_batch_per_generation_keeps_its_own_count() -> None:
+    cfg, _, _ = tiny()
+    _, producer = build_trainer_and_producer(cfg)
+    batch = producer.make_inputs()[0]
+    assert batch.step_loss_tokens == batch.loss_tokens
+
+
+def test_a_mini_batch_of_an_older_checkpoint_keeps_its_own_count() -> None:
+    """Checkpoints written before the generation count was kept resume as they trained."""
+    seq = Sequence(tokens=[1, 2, 3, 4], prompt_len=2, old_logprobs=[-1.0, -1.0])
+    data = MiniBatch([seq], {}, []).to_json()
+    del data["generation_loss_tokens"]
+    old = MiniBatch.from_json(data)
+    assert old.loss_denominator(2, 7.0) == 7.0
+    new = MiniBatch.from_json({**data, "generation_loss_tokens": 10.0})
+    assert new.loss_denominator(2, 7.0) == 5.0
+
+
+def test_a_sequence_counts_the_tokens_pack_trains_on() -> None:
+    seqs = [
+        Sequence(tokens=[5] * 7, prompt_len=3),
+        Sequence(tokens=[5] * 4, prompt_len=0),
+        Sequence(tokens=[5] * 6, prompt_len=2, train_prompt=True),
+        Sequence(tokens=[5] * 3, prompt_len=3),
+    ]
+    for seq in seqs:
+        assert pack([seq], 16, 0, PACKED).loss_tokens == seq.loss_tokens
+    assert pack(seqs, 16, 0, PACKED).loss_tokens == sum(s.loss_tokens for s in seqs)
+
+
+# ---- against TRL's own _compute_loss ---------------------------------------------------
+
+
+def _generation_batch(seed: int, size: int = 8) -> list[tuple[list[float], list[float], float]]:
+    """(logprobs, sampling logprobs, advantage) per completion, of varied lengths."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(size):
+        n = rng.randint(1, 9)
+        logp = [rng.uniform(-3.0, -0.05) for _ in range(n)]
+        old = [v + rng.gauss(0.0, 0.3) for v in logp]
+        out.append((logp, old, rng.gauss(0.0, 1.0)))
+    return out
+
+
+def _ours(
+    part: list[tuple[list[float], list[float], float]],
+    settings: PolicyLossSettings,
+    denominator: float,
+) -> tuple[float, dict[str, float]]:
+    """art_hydra's loss on the packed rows of one mini-batch (prompt of 2 tokens)."""
+
+    def packed(index: int) -> torch.Tensor:
+        seqs = [
+            Sequence([1, 1] + [2] * len(c[0]), 2, advantage=c[2], old_logprobs=c[index])
+            for c in part
+        ]
+        return pack(seqs, 64, 0, PACKED)
+
+    new, old = packed(0), packed(1)
+    loss, stats = policy_loss(
+        new.old_logprobs, old.old_logprobs, old.advantages, old.loss_mask, settings, denominator
+    )
+    return loss.item(), stats
+
+
+def _trls(
+    part: list[tuple[list[float], list[float], float]],
+    loss_type: str,
+    settings: PolicyLossSettings,
+    num_items: float,
+    steps_per_generation: int,
+) -> tuple[float, dict[str, float]]:
+    """TRL's ``GRPOTrainer._compute_loss`` on the same mini-batch, with its model forward
+    replaced by the logprobs (one process, no accumulation, no KL, no vLLM)."""
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    width = max(len(c[0]) for c in part)
+
+    def rows(index: int) -> torch.Tensor:
+        return torch.tensor([c[index] + [0.0] * (width - len(c[index])) for c in part])
+
+    mask = torch.tensor([[1] * len(c[0]) + [0] * (width - len(c[0])) for c in part])
+    logps = rows(0)
+    metrics: Any = collections.defaultdict(lambda: collections.defaultdict(list))
+    same = SimpleNamespace(num_processes=1, reduce=lambda x, reduction="sum": x)
+    same.gather = same.gather_for_metrics = lambda x: x
+    stub = SimpleNamespace(
+        aux_loss_enabled=False,
+        top_entropy_quantile=1.0,
+        off_policy_mask_threshold=None,
+        importance_sampling_level="token",
+        beta=0.0,
+        loss_type=loss_type,
+        epsilon_low=settings.epsilon,
+        epsilon_high=settings.epsilon_high,
+        args=SimpleNamespace(
+            delta=None, steps_per_generation=steps_per_generation, use_bias_correction_kl=False
+        ),
+        use_vllm=False,
+        model=SimpleNamespace(training=True),
+        current_gradient_accumulation_steps=1,
+        accelerator=same,
+        _entropy_bonus_enabled=False,
+        _metrics=metrics,
+        _get_per_token_logps_and_entropies=lambda *a, **k: (logps, torch.zeros_like(logps), None),
+    )
+    inputs = {
+        "prompt_ids": torch.ones(len(part), 2, dtype=torch.long),
+        "prompt_mask": torch.ones(len(part), 2, dtype=torch.long),
+        "completion_ids": torch.full((len(part), width), 2),
+        "completion_mask": mask,
+        "advantages": torch.tensor([c[2] for c in part]),
+        "old_per_token_logps": rows(1),
+        "num_items_in_batch": torch.tensor(num_items),
+    }
+    loss = GRPOTrainer._compute_loss(stub, None, inputs)
+    return loss.item(), {k: v[-1] for k, v in metrics["train"].items()}
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "cispo"])
+@pytest.mark.parametrize("steps_per_generation", [2, 4])
+def test_mini_batch_losses_equal_trls(loss_type: str, steps_per_generation: int) -> None:
+    pytest.importorskip("trl")
+    ours_type = LossType.cispo if loss_type == "cispo" else LossType.ppo_clip
+    settings = PolicyLossSettings(ours_type, 0.2, 1.1 if loss_type == "cispo" else 0.28, 0.0)
+    generation = _generation_batch(seed=steps_per_generation)
+    size = len(generation) // steps_per_generation
+    parts = [generation[i : i + size] for i in range(0, len(generation), size)]
+    num_items = float(sum(len(c[0]) for c in generation))
+    minis = [
+        MiniBatch([Sequence([1, 1] + [2] * len(c[0]), 2) for c in part], {}, [], num_items)
+        for part in parts
+    ]
+    for part, mini in zip(parts, minis, strict=True):
+        own = float(sum(len(c[0]) for c in part))
+        denominator = mini.loss_denominator(steps_per_generation, own)
+        assert denominator == pytest.approx(trl_normalizer(num_items, 1, 1, steps_per_generation))
+        ours, stats = _ours(part, settings, denominator)
+        theirs, metrics = _trls(part, loss_type, settings, num_items, steps_per_generation)
+        assert ours == pytest.approx(theirs, rel=1e-6, abs=1e-7)
+        if loss_type == "cispo":
+            assert stats["clip_fraction"] == pytest.approx(metrics["cispo_clip_ratio"], abs=1e-7)
+        else:
+            assert stats["clip_fraction"] == pytest.approx(
+                metrics["clip_ratio/region_mean"], abs=1e-7
+            )
