@@ -10,6 +10,8 @@ weights or the optimizer's moments.
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +28,8 @@ from art_hydra.rl.losses import (
     truncated_importance_weight,
 )
 from art_hydra.rl.sampling import SamplingSettings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -106,15 +110,53 @@ def packed_logprobs(
     )
 
 
-def no_decay_parameters(model: Any) -> set[int]:
-    """Ids of the parameters that weight decay leaves alone, as Hugging Face's Trainer and
-    TRL do: biases, normalisation weights (any module class with "Norm" in its name) and
-    embeddings, including a head tied to them (the same parameter object).
+#: Parameter names (lower-cased, dotted from the model) that weight decay spares:
+#: Hugging Face's ``Trainer.get_decay_parameter_names`` (transformers 5.2x) word for word.
+NO_DECAY_NAME_PATTERNS = (
+    r"bias",
+    r"layernorm",
+    r"rmsnorm",
+    r"(?:^|\.)norm(?:$|\.)",
+    r"_norm(?:$|\.)",
+)
+
+#: The grouping :func:`build_optimizer` uses today, as checkpoints record it.
+DECAY_RULE = "hf_names"
+#: The grouping of checkpoints written before (no record): embeddings spared too.
+LEGACY_DECAY_RULE = "embeddings_spared"
+
+
+def no_decay_parameters(model: Any, rule: str = DECAY_RULE) -> set[int]:
+    """Ids of the parameters that weight decay leaves alone.
+
+    The rule is Hugging Face's Trainer's and TRL's (``get_decay_parameter_names``): a
+    parameter is spared when its dotted name, lower-cased, contains ``bias``,
+    ``layernorm`` or ``rmsnorm``, has a part named ``norm`` or ending in ``_norm``, or it
+    belongs to a ``torch.nn.LayerNorm``; every other parameter decays, embeddings
+    (``embed_tokens``) and a head tied to them included. A parameter reachable under two
+    names (a tied head) is judged by its first name, as the Trainer's optimizer does.
 
     Decay pulls a weight towards zero; for a norm's gain (1 by design) or a bias that is a
-    pull towards a meaningless value, and embedding rows of rare tokens, seldom updated,
-    would mostly just shrink.
+    pull towards a meaningless value. ``rule=LEGACY_DECAY_RULE`` gives the grouping of
+    checkpoints written before this rule (embeddings, norm classes and biases spared), so
+    they resume with their own groups.
     """
+    if rule == LEGACY_DECAY_RULE:
+        return _legacy_no_decay_parameters(model)
+    patterns = [re.compile(pattern) for pattern in NO_DECAY_NAME_PATTERNS]
+    in_layer_norm = {
+        id(p) for m in model.modules() if isinstance(m, torch.nn.LayerNorm) for p in m.parameters()
+    }
+    return {
+        id(param)
+        for name, param in model.named_parameters()
+        if id(param) in in_layer_norm or any(p.search(name.lower()) for p in patterns)
+    }
+
+
+def _legacy_no_decay_parameters(model: Any) -> set[int]:
+    """The grouping before :data:`DECAY_RULE`: biases, any module class with "Norm" in
+    its name, and embeddings (with a head tied to them)."""
     keep: set[int] = set()
     for module in model.modules():
         whole = isinstance(module, torch.nn.Embedding) or "Norm" in type(module).__name__
@@ -134,19 +176,20 @@ def scheduler_name(kind: str, warmup_steps: int) -> str:
     return kind
 
 
-def build_optimizer(model: Any, trainer_cfg: Any) -> tuple[Any, Any]:
+def build_optimizer(model: Any, trainer_cfg: Any, rule: str = DECAY_RULE) -> tuple[Any, Any]:
     """AdamW over the trainable parameters, and the learning-rate schedule.
 
-    With ``weight_decay > 0`` the parameters of :func:`no_decay_parameters` form a second
-    group without decay. With no decay there is one group: splitting would change no
-    update, and a checkpoint written before the split still loads.
+    With ``weight_decay > 0`` the parameters of :func:`no_decay_parameters` (under
+    ``rule``) form a second group without decay. With no decay there is one group:
+    splitting would change no update, and a checkpoint written before the split still
+    loads.
     """
     from transformers import get_scheduler
 
     params = [p for p in model.parameters() if p.requires_grad]
     groups: list[dict[str, Any]] = [{"params": params}]
     if trainer_cfg.weight_decay > 0:
-        keep = no_decay_parameters(model)
+        keep = no_decay_parameters(model, rule)
         decayed = [p for p in params if id(p) not in keep]
         kept = [p for p in params if id(p) in keep]
         groups = [{"params": decayed}, {"params": kept, "weight_decay": 0.0}]
@@ -227,6 +270,8 @@ class Trainer:
             self.policy = DistributedDataParallel(self.policy, device_ids=ids, **_no_buffer_sync())
         self.cfg = trainer_cfg
         self.objective = objective
+        #: Which parameters weight decay spares (checkpoints record it; see load_state_dict).
+        self.decay_rule = DECAY_RULE
         self.optimizer, self.scheduler = build_optimizer(self.model, trainer_cfg)
         if loaded.half_weights:
             warn_if_updates_round_away(self.model, trainer_cfg.learning_rate)
@@ -247,10 +292,23 @@ class Trainer:
             "optimizer": optimizer,
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "decay_rule": self.decay_rule,
         }
         return tensors, plain
 
     def load_state_dict(self, tensors: dict[str, torch.Tensor], plain: dict[str, Any]) -> None:
+        """Restore a checkpoint; one written under another weight-decay grouping (before
+        :data:`DECAY_RULE`) resumes with its own groups, so each moment meets its
+        parameter and the run goes on as it started."""
+        rule = plain.get("decay_rule", LEGACY_DECAY_RULE)
+        if rule != self.decay_rule and self.cfg.weight_decay > 0:
+            log.info(
+                "the checkpoint grouped weight decay by its older rule (%s); the run keeps "
+                "those groups",
+                rule,
+            )
+            self.decay_rule = rule
+            self.optimizer, self.scheduler = build_optimizer(self.model, self.cfg, rule)
         optimizer_from_safetensors(self.optimizer, tensors, plain["optimizer"])
         self.scheduler.load_state_dict(plain["scheduler"])
         if self.scaler is not None and plain["scaler"]:
@@ -356,16 +414,26 @@ class Trainer:
             self.scaler.unscale_(self.optimizer)  # clip the true gradient, not the scaled one
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
         lr = self.scheduler.get_last_lr()[0]
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)  # skipped when the gradient overflowed
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.scheduler.step()
+        skipped = self._optimizer_step()
+        if not skipped:
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
+        if skipped:
+            log.warning(
+                "step %d: float16 loss scaling found an infinite or NaN gradient (grad_norm "
+                "%s); the weights, the optimizer and the learning-rate schedule skipped the "
+                "step, and the loss scale dropped to %g. Now and then this is how loss "
+                "scaling finds its scale; at every step it means the run diverged.",
+                self.step,
+                grad_norm,
+                self.scaler.get_scale() if self.scaler is not None else float("nan"),
+            )
         acc, self._acc, self._micro = self._acc, {}, 0
         tokens = max(acc["loss_tokens"], 1.0)
+        extra = _extra_stats(acc, tokens)
+        if self.scaler is not None:
+            extra["step_skipped"] = 1.0 if skipped else 0.0
         return StepResult(
             step=self.step,
             loss=acc["loss"],
@@ -378,8 +446,24 @@ class Trainer:
             trained_tokens=int(acc["tokens"]),
             info=dict(batch.info),
             loss_tokens=acc["loss_tokens"],
-            stats=_extra_stats(acc, tokens),
+            stats=extra,
         )
+
+    def _optimizer_step(self) -> bool:
+        """Step the optimizer; return whether float16 loss scaling skipped the step.
+
+        GradScaler leaves the weights alone when the scaled gradient holds an inf or NaN,
+        and halves its scale; the scale dropping is the public sign of it. Hugging Face's
+        Trainer then holds the learning-rate schedule too (``optimizer_step_was_skipped``),
+        so the caller does: a skipped step must not use up warmup or decay.
+        """
+        if self.scaler is None:
+            self.optimizer.step()
+            return False
+        scale = self.scaler.get_scale()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return self.scaler.get_scale() < scale
 
     def _result(
         self,
