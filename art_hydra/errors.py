@@ -49,3 +49,62 @@ class Interrupted(RunStopped):
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class InvalidDistributionError(RunStopped):
+    """A sampling step's next-token probabilities were NaN, infinite, negative or all
+    zero (``torch.multinomial`` refuses such rows; the fast draw checks them itself).
+
+    The message names the training step (added by the producer), the completion (its
+    index in the generation batch and its prompt), the decoding step, and the likely
+    cause read from the row's logits; a run stops on it rather than training on the pad
+    id it would otherwise draw.
+    """
+
+    def __init__(
+        self,
+        rows: list[int],
+        batch: int,
+        position: int,
+        problem: str,
+        cause: str,
+        step: int | None = None,
+        prompts: list[str] | None = None,
+    ) -> None:
+        self.rows, self.batch, self.position = rows, batch, position
+        self.problem, self.cause, self.step, self.prompts = problem, cause, step, prompts
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        first = self.rows[0]
+        when = (
+            ""
+            if self.step is None
+            else " in the warmup pass"
+            if self.step == 0
+            else f" at training step {self.step}"
+        )
+        prompt = f" (prompt {self.prompts[first][:60]!r})" if self.prompts else ""
+        others = len(self.rows) - 1
+        more = f" and {others} other completion(s) ({_listed(self.rows[1:])})" if others else ""
+        return (
+            f"sampling stopped{when}: completion {first} of {self.batch}{prompt}{more} had "
+            f"{self.problem} next-token probabilities at decoding step {self.position} "
+            f"(its new token {self.position + 1}). Likely cause: {self.cause}"
+        )
+
+    def remapped(self, indices: list[int], batch: int) -> InvalidDistributionError:
+        """The same error with rows of a sub-batch named by their index in the whole batch."""
+        rows = sorted(indices[r] for r in self.rows)
+        return InvalidDistributionError(rows, batch, self.position, self.problem, self.cause)
+
+    def located(self, step: int | None, prompts: list[str]) -> InvalidDistributionError:
+        """The same error naming the training step (0: the warmup pass) and the prompts."""
+        return InvalidDistributionError(
+            self.rows, self.batch, self.position, self.problem, self.cause, step, prompts
+        )
+
+
+def _listed(rows: list[int], shown: int = 8) -> str:
+    text = ", ".join(str(r) for r in rows[:shown])
+    return text + (", ..." if len(rows) > shown else "")

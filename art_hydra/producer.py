@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from art_hydra.distributed import World, seed_for
-from art_hydra.errors import StallError
+from art_hydra.errors import InvalidDistributionError, StallError
 from art_hydra.packing import PackedBatch, Sequence, completion_values, pack
 from art_hydra.rl.advantages import group_advantages
 from art_hydra.rl.sampling import SamplingSettings, sample
@@ -282,6 +282,9 @@ class RLProducer:
         self.pending: list[MiniBatch] = []
         #: Generation batches sampled so far.
         self.generations = 0
+        #: The optimizer step the next generation batch is sampled for (0: the warmup
+        #: pass), set by the run; errors of sampling name it.
+        self.step: int | None = None
         #: With rl.overlap_rollouts, the copy of the policy that samples while the trainer
         #: trains (refreshed from the policy after every optimizer step).
         self.sampler: Any = None
@@ -334,18 +337,23 @@ class RLProducer:
         sampler = self.sampler if self.sampler is not None else self.loaded.model
         # Sampled in the precision the trainer computes in (its autocast), so the
         # sampler's logprobs differ from the training forward's by kernels alone.
+        step = self.step
         with eval_mode(sampler) as model, self.loaded.compute_precision():
-            completions, logprobs = sample(
-                model,
-                repeated,
-                self.rl.max_completion_length,
-                self.sampling,
-                self.stop_ids,
-                tok.pad_token_id,
-                self.generator,
-                left_padding=self.loaded.layout.left_padding,
-                timeout_s=self.timeouts.rollout_s,
-            )
+            try:
+                completions, logprobs = sample(
+                    model,
+                    repeated,
+                    self.rl.max_completion_length,
+                    self.sampling,
+                    self.stop_ids,
+                    tok.pad_token_id,
+                    self.generator,
+                    left_padding=self.loaded.layout.left_padding,
+                    timeout_s=self.timeouts.rollout_s,
+                )
+            except InvalidDistributionError as exc:  # name the step and the prompts
+                prompts = [ex.prompt for ex in examples for _ in range(n)]
+                raise exc.located(step, prompts) from None
             old = None if self.on_policy else self._old_logprobs(model, repeated, completions)
         self.generations += 1
         texts = tok.batch_decode(completions, skip_special_tokens=True)

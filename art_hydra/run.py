@@ -478,6 +478,7 @@ def _train_locked(
     # ---- loop ------------------------------------------------------------------------
     try:
         if cfg.trainer.warmup_pass and start_step == 0:
+            _sampling_for(producer, 0)
             first = channel.produce(producer.make_inputs, "making the warmup input", bound)[0]
             first.warmup = True
             in_step("waiting for the other ranks' warmup inputs")
@@ -488,6 +489,7 @@ def _train_locked(
                 break
             handed = False
             started = time.perf_counter()
+            _sampling_for(producer, step)
             inputs = channel.produce(
                 producer.make_inputs, f"making the inputs of step {step}", bound
             )
@@ -498,6 +500,7 @@ def _train_locked(
             for item in inputs:
                 channel.put(item)
             if ahead is not None and producer.needs_rollouts():
+                _sampling_for(producer, step + 1)
                 ahead.start()  # the next batch, on the sampler, while this one trains
             result = channel.result(step)
             if ahead is not None:
@@ -623,6 +626,13 @@ def _record(result: Any, elapsed: float) -> dict[str, Any]:
         # Each reward's own mean, std and count (reward/<name>/...), next to the total's.
         **{k: v for k, v in result.info.items() if k.startswith("reward/")},
     }
+
+
+def _sampling_for(producer: Any, step: int) -> None:
+    """Tell an RL producer which optimizer step it samples for (0: the warmup pass), so
+    an invalid distribution names it; SFT samples nothing."""
+    if hasattr(producer, "step"):
+        producer.step = step
 
 
 def _control(world: Any, cfg: DictConfig, what: str, collective: Any, *args: Any) -> Any:

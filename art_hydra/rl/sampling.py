@@ -16,6 +16,7 @@ logprob on every side.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import time
@@ -24,7 +25,7 @@ from typing import Any
 
 import torch
 
-from art_hydra.errors import RunStopped, StallError
+from art_hydra.errors import InvalidDistributionError, RunStopped, StallError
 
 
 @dataclass(frozen=True)
@@ -187,9 +188,12 @@ def sample(
     logprobs: list[list[float]] = [[] for _ in prompts]
     for indices in by_length.values():
         group = [prompts[i] for i in indices]
-        tokens, values = _sample_batch(
-            model, group, max_new_tokens, settings, stop_ids, pad_id, generator, bound
-        )
+        try:
+            tokens, values = _sample_batch(
+                model, group, max_new_tokens, settings, stop_ids, pad_id, generator, bound
+            )
+        except InvalidDistributionError as exc:  # name the completions as the caller does
+            raise exc.remapped(indices, len(prompts)) from None
         for i, row_tokens, row_values in zip(indices, tokens, values, strict=True):
             completions[i], logprobs[i] = row_tokens, row_values
     return completions, logprobs
@@ -291,13 +295,93 @@ def _left_padded(
     return ids, attention, (attention.cumsum(-1) - 1).clamp(min=0)
 
 
-def _draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def _draw(
+    probs: torch.Tensor,
+    generator: torch.Generator,
+    position: int = 0,
+    active: torch.Tensor | None = None,
+    logits: torch.Tensor | None = None,
+    settings: SamplingSettings | None = None,
+) -> torch.Tensor:
     """One token per row, as ``torch.multinomial(probs, 1)`` draws it (the same
-    exponential race on the same generator, so the same tokens), without its validity
-    checks: four reductions and two host syncs per call, on probabilities that a softmax
-    made."""
+    exponential race on the same generator, so the same tokens).
+
+    ``multinomial`` checks its rows with four reductions and two host syncs; this checks
+    what matters in one (each row's min and max) and one sync: a NaN, infinite or
+    negative probability, or a row of zeros, raises :class:`InvalidDistributionError`
+    naming the rows (among ``active`` ones: finished completions are not drawn for),
+    the decoding step ``position``, and the likely cause read from the raw ``logits``
+    under ``settings`` (see :func:`_likely_cause`). Unchecked, the race would draw the
+    pad id from such a row and the run would fail later, as a loss error.
+    """
+    low, high = torch.aminmax(probs, dim=-1)
+    bad = ~((low >= 0) & (high > 0) & (high < float("inf")))  # a NaN fails every test
+    if active is not None:
+        bad = bad & active
+    if bool(bad.any()):
+        raise _invalid(probs, bad, position, logits, settings)
     race = torch.empty_like(probs).exponential_(1, generator=generator)
     return (probs / race).argmax(-1)
+
+
+def _invalid(
+    probs: torch.Tensor,
+    bad: torch.Tensor,
+    position: int,
+    logits: torch.Tensor | None,
+    settings: SamplingSettings | None,
+) -> InvalidDistributionError:
+    """The error for the rows ``bad`` (off the fast path: a failing run only)."""
+    rows = [int(r) for r in bad.nonzero().flatten()]
+    row = probs[rows[0]].float()
+    if torch.isnan(row).any():
+        problem = "NaN"
+    elif torch.isinf(row).any():
+        problem = "infinite"
+    elif (row < 0).any():
+        problem = "negative"
+    else:
+        problem = "all-zero"
+    cause = _likely_cause(None if logits is None else logits[rows[0]], settings)
+    return InvalidDistributionError(rows, probs.shape[0], position, problem, cause)
+
+
+def _likely_cause(logits: torch.Tensor | None, settings: SamplingSettings | None) -> str:
+    """Why one row's distribution failed, read from the model's raw logits for it and the
+    processing they went through (model first, then suppression, temperature, top-k/p)."""
+    if logits is None or settings is None:
+        return "the probabilities handed to the draw were not a distribution."
+    raw = logits.float()
+    if torch.isnan(raw).any():
+        return (
+            "the model's logits are NaN: its weights or activations diverged (a NaN or "
+            "infinite update; under model.dtype=float16, an overflow in the forward). Resume "
+            "from an earlier checkpoint with a lower trainer.learning_rate or "
+            "trainer.max_grad_norm, or use float32 or bfloat16."
+        )
+    if torch.isinf(raw).any():
+        return (
+            "the model's logits are infinite: float16 overflowed in the forward "
+            "(model.dtype=float16), or the weights diverged. Use float32 or bfloat16, or a "
+            "lower trainer.learning_rate."
+        )
+    unscaled = logprob_logits(raw, dataclasses.replace(settings, temperature=1.0))
+    if bool(torch.isneginf(unscaled).all()):
+        return (
+            f"every token was removed: the never-sampled special ids "
+            f"({len(settings.suppress_ids)} of them) cover the vocabulary."
+        )
+    if not bool(torch.isfinite(logprob_logits(raw, settings).max())):
+        return (
+            f"rl.temperature={settings.temperature:g} is so small that the logits divided by "
+            "it overflow float32; raise rl.temperature."
+        )
+    if bool(torch.isneginf(process_logits(raw, settings)).all()):
+        return (
+            f"rl.top_k={settings.top_k} / rl.top_p={settings.top_p:g} removed every token; "
+            "raise them."
+        )
+    return "the probabilities handed to the draw were not a distribution."
 
 
 def _sample_batch(
@@ -365,7 +449,7 @@ def _sample_batch(
         draw = (
             torch.log_softmax(process_logits(logits, settings), -1) if settings.truncates else logp
         )
-        nxt = _draw(draw.exp(), generator)
+        nxt = _draw(draw.exp(), generator, generated, ~done, logits, settings)
         tokens.append(torch.where(done, pad_id, nxt))
         logprobs.append(logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1))
         done = done | torch.isin(nxt, stops)
