@@ -28,6 +28,7 @@ from typing import Any
 
 from art_hydra.config import run_files
 from art_hydra.config.objective import (
+    CONDITIONAL_METRICS,
     RL_STAT_METRICS,
     STEP_METRICS,
     ObjectiveSpec,
@@ -116,7 +117,7 @@ def windowed_metrics(spec: ObjectiveSpec, rows: list[dict[str, Any]]) -> dict[st
     """Every logged metric reduced over the objective's window, as the objective is."""
     window = rows[-spec.window :] if rows else []
     out: dict[str, float] = {}
-    for name in (*STEP_METRICS, *RL_STAT_METRICS):
+    for name in (*STEP_METRICS, *RL_STAT_METRICS, *CONDITIONAL_METRICS):
         values = [r[name] for r in window if _finite(r.get(name))]
         if values:
             out[name] = reduce_values(values, spec.reduce)

@@ -11,6 +11,7 @@ the keys a real run writes to ``metrics.jsonl``). Plain Python, on the compose p
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,19 @@ STEP_METRICS = (
 #: trainer's ``StepResult.stats``): how far the sampler's logprobs of the trained tokens
 #: are from the training side's (mean and largest absolute difference, in nats).
 RL_STAT_METRICS = ("sampling_mismatch_mean", "sampling_mismatch_max")
+
+#: Metrics a step records only under some settings (they come with the loss's further
+#: statistics, ``StepResult.stats``): name -> (the setting that logs it, in words; whether
+#: a composed config has it).
+CONDITIONAL_METRICS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    # CISPO's capped tokens of either sign (clip_fraction counts A > 0 only, as TRL).
+    "cispo_capped_fraction": (
+        "algorithm=rl rl.loss_type=cispo",
+        lambda cfg: _name(cfg.algorithm.name) == "rl" and _name(cfg.rl.loss_type) == "cispo",
+    ),
+    # 1 when float16 loss scaling skipped the step (an infinite gradient), else 0.
+    "step_skipped": ("model.dtype=float16", lambda cfg: _name(cfg.model.dtype) == "float16"),
+}
 
 #: A reward's metric name: kept plain, since it becomes a metrics.jsonl key
 #: (``reward/<name>/mean``) and a TensorBoard tag.
@@ -75,6 +89,8 @@ LOWER_IS_BETTER = frozenset(
         "zero_std_groups",
         "step_time_s",
         *RL_STAT_METRICS,
+        "cispo_capped_fraction",
+        "step_skipped",
     }
 )
 
@@ -82,11 +98,19 @@ LOWER_IS_BETTER = frozenset(
 AUTO_METRIC = {AlgorithmName.rl: "reward_mean", AlgorithmName.sft: "loss"}
 
 
-def logged_metrics(algorithm: AlgorithmName) -> tuple[str, ...]:
-    """The metrics ``algorithm`` logs with a value an objective can compare."""
+def logged_metrics(algorithm: AlgorithmName, cfg: Any = None) -> tuple[str, ...]:
+    """The metrics ``algorithm`` logs with a value an objective can compare; with the
+    composed ``cfg``, also the :data:`CONDITIONAL_METRICS` its settings log."""
     if algorithm == AlgorithmName.sft:
-        return tuple(m for m in STEP_METRICS if m not in _NOT_IN_SFT)
-    return (*STEP_METRICS, *RL_STAT_METRICS)
+        return tuple(m for m in STEP_METRICS if m not in _NOT_IN_SFT) + _conditional(cfg)
+    return (*STEP_METRICS, *RL_STAT_METRICS, *_conditional(cfg))
+
+
+def _conditional(cfg: Any) -> tuple[str, ...]:
+    """The :data:`CONDITIONAL_METRICS` a composed ``cfg`` logs (none without one)."""
+    if cfg is None:
+        return ()
+    return tuple(m for m, (_, logs) in CONDITIONAL_METRICS.items() if logs(cfg))
 
 
 @dataclass(frozen=True)

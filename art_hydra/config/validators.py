@@ -24,6 +24,7 @@ from art_hydra.config import run_files
 from art_hydra.config.fields import default
 from art_hydra.config.objective import (
     AUTO_METRIC,
+    CONDITIONAL_METRICS,
     REWARD_NAME,
     logged_metrics,
     reward_metrics,
@@ -636,19 +637,19 @@ def objective_names_a_logged_metric(cfg: DictConfig) -> Iterator[Problem]:
     if metric == "auto":
         return
     algorithm = cfg.algorithm.name
-    valid = logged_metrics(algorithm)
+    valid = logged_metrics(algorithm, cfg)
     if metric in valid or (_is_rl(cfg) and metric in reward_metrics(cfg.task)):
         return
     other = next(a for a in AlgorithmName if a != algorithm)
-    why = (
-        f"algorithm={algorithm.name} does not log it"
-        + (
+    if metric in CONDITIONAL_METRICS:
+        why = f"this run does not log it (only runs with {CONDITIONAL_METRICS[metric][0]} do)"
+    else:
+        why = f"algorithm={algorithm.name} does not log it" + (
             f" (only algorithm={other.name} does)"
             if metric in logged_metrics(other)
             else " (it is no metric of metrics.jsonl)"
         )
-        + f"; the metrics it logs are {', '.join(valid)}."
-    )
+    why += f"; the metrics it logs are {', '.join(valid)}."
     yield Problem(
         "objective.metric",
         metric,

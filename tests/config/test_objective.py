@@ -188,3 +188,23 @@ def test_the_catalogue_names_every_metric_a_step_records() -> None:
     for name in STEP_METRICS:
         assert f'"{name}"' in source, name
     assert set(AUTO_METRIC) == set(AlgorithmName)
+
+
+@pytest.mark.parametrize(
+    ("metric", "setting"),
+    [
+        ("cispo_capped_fraction", ["rl.loss_type=cispo", "rl.epsilon_high=5.0"]),
+        ("step_skipped", ["model.dtype=float16"]),
+    ],
+)
+def test_a_metric_only_some_settings_log_is_taken_with_them_only(
+    metric: str, setting: list[str]
+) -> None:
+    cfg = compose([f"objective.metric={metric}", *setting])
+    assert resolve(cfg.objective, cfg.algorithm.name).direction == "minimize"
+    assert metric in logged_metrics(AlgorithmName.rl, cfg)
+    assert metric not in logged_metrics(AlgorithmName.rl)
+    with pytest.raises(ConfigValidationError) as info:
+        compose([f"objective.metric={metric}"])
+    reason = problem_about(info.value, "objective.metric").reason
+    assert "only runs with" in reason and setting[0] in reason

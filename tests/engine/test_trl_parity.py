@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import collections
 import random
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
-from conftest_model import tiny
+from conftest_model import QUICK, tiny
 
+from art_hydra import compose, train
 from art_hydra.config.schema import LossType
+from art_hydra.metrics import read_metrics
 from art_hydra.packing import PACKED, Sequence, pack
 from art_hydra.producer import MiniBatch
 from art_hydra.rl.losses import PolicyLossSettings, policy_loss
@@ -205,3 +208,18 @@ def test_mini_batch_losses_equal_trls(loss_type: str, steps_per_generation: int)
             assert stats["clip_fraction"] == pytest.approx(
                 metrics["clip_ratio/region_mean"], abs=1e-7
             )
+
+
+@pytest.mark.slow
+def test_a_cispo_run_logs_both_counts(tmp_path: Path) -> None:
+    overrides = [
+        *QUICK,
+        "trainer.max_steps=4",
+        "rl.loss_type=cispo",
+        "rl.epsilon_high=1.0001",
+        "rl.num_iterations=2",
+    ]
+    train(compose(overrides), run_dir=tmp_path)
+    rows = read_metrics(tmp_path)
+    assert all(0 <= r["clip_fraction"] <= r["cispo_capped_fraction"] <= 1 for r in rows)
+    assert any(r["cispo_capped_fraction"] > r["clip_fraction"] for r in rows)  # A < 0 too
