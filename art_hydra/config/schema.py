@@ -327,7 +327,10 @@ class TrainerConfig:
         0.0,
         ge=0,
         why="negative decay grows weights without bound.",
-        help="AdamW decoupled weight decay (not applied to biases, norms and embeddings).",
+        help=(
+            "AdamW decoupled weight decay; as Hugging Face's Trainer, not applied to biases "
+            "and norm weights (embeddings decay)."
+        ),
     )
     warmup_steps: int = setting(0, ge=0, help="Steps of linear learning-rate warmup.")
     lr_scheduler_type: SchedulerType = setting(
