@@ -223,3 +223,22 @@ def test_a_cispo_run_logs_both_counts(tmp_path: Path) -> None:
     rows = read_metrics(tmp_path)
     assert all(0 <= r["clip_fraction"] <= r["cispo_capped_fraction"] <= 1 for r in rows)
     assert any(r["cispo_capped_fraction"] > r["clip_fraction"] for r in rows)  # A < 0 too
+
+
+def test_across_ranks_the_generation_counts_are_summed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two ranks, each with its own generation batch: every mini-batch divides by TRL's
+    normalizer over both (the sum of the ranks' generation tokens / steps_per_generation
+    / processes, since DDP averages the ranks' gradients)."""
+    from art_hydra import distributed
+    from art_hydra.run import _normalise_over_ranks
+
+    other_rank = 40.0 / 2  # the other rank's generation batch: 40 tokens, 2 mini-batches
+    monkeypatch.setattr(distributed, "all_sum", lambda world, values: [values[0] + other_rank])
+    seqs = [Sequence([1, 1] + [2] * n, 2) for n in (3, 9, 4, 8)]
+    mine = [MiniBatch(seqs[:2], {}, [], 24.0), MiniBatch(seqs[2:], {}, [], 24.0)]
+    for mini in mine:
+        batch = pack(mini.sequences, 64, 0, PACKED)
+        batch.step_loss_tokens = mini.loss_denominator(2, batch.loss_tokens)
+        world = SimpleNamespace(enabled=True, size=2)
+        _normalise_over_ranks(world, SimpleNamespace(distributed=None), [batch])
+        assert batch.step_loss_tokens == trl_normalizer(24.0 + 40.0, 2, 1, 2)
