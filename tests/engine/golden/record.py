@@ -11,7 +11,12 @@ once per distinct prompt landed: they change the order of float sums, nothing el
 Against the first record, every step sampled the same completions with the same rewards,
 and loss, grad norm, KL and entropy moved by at most 1.8e-6 relative (2e-7 for most).
 Recorded a third time (issue 16) to add what a CPU cannot change and the exact CPU model;
-every metric came out bit for bit what the second record held.
+every metric came out bit for bit what the second record held. Recorded a fourth time
+(issue 19: on-policy old logprobs from the training forward, the chunked logprob head, no
+decode mask on unpadded batches), on an AVX2 machine: every step sampled the same
+completions with the same rewards; loss, grad norm, KL and entropy moved by at most 6e-7
+relative against the old code on the same machine, and the old code itself was 1.1e-6
+from the AVX512 record (the width of a CPU's vector sums alone).
 
 It writes ``runs.json``: per configuration,
 
