@@ -187,17 +187,20 @@ ROUNDED_AWAY_WARN = 0.01
 
 
 def rounded_away_share(model: Any, learning_rate: float) -> float:
-    """The share of trainable weights ``w`` that an update of about the learning rate
-    (an Adam step is about ``lr`` per weight) cannot change in bfloat16: ``lr`` below
-    half a bfloat16 step of ``w``, taken as ``|w| * 2**-9`` (bfloat16 keeps 8 significant
-    bits, so a step of ``w`` is between ``|w| * 2**-8`` and ``|w| * 2**-7``)."""
+    """The share of trainable weights ``w`` that an update of about the learning rate (an
+    Adam step is about ``lr`` per weight) leaves unchanged in bfloat16: those where
+    ``w + lr`` rounds back to ``w`` (``lr`` below half the gap to the next bfloat16 value
+    away from zero, which is between ``|w| * 2**-9`` and ``|w| * 2**-8``), tested on the
+    values themselves rather than bounded."""
     import torch
 
     stuck = total = 0
     with torch.no_grad():
         for param in model.parameters():
             if param.requires_grad:
-                stuck += int((param.abs().float() * 2.0**-9 > learning_rate).sum())
+                magnitude = param.detach().abs().to(torch.bfloat16)
+                moved = (magnitude.float() + learning_rate).to(torch.bfloat16)
+                stuck += int((moved == magnitude).sum())
                 total += param.numel()
     return stuck / total if total else 0.0
 

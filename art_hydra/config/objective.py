@@ -49,8 +49,19 @@ CONDITIONAL_METRICS: dict[str, tuple[str, Callable[[Any], bool]]] = {
         lambda cfg: _name(cfg.algorithm.name) == "rl" and _name(cfg.rl.loss_type) == "cispo",
     ),
     # 1 when float16 loss scaling skipped the step (an infinite gradient), else 0.
-    "step_skipped": ("model.dtype=float16", lambda cfg: _name(cfg.model.dtype) == "float16"),
+    "step_skipped": ("model.dtype=float16 on backend=torch", lambda cfg: _loss_scaled(cfg)),
 }
+
+
+def _loss_scaled(cfg: Any) -> bool:
+    """Whether the run may train with float16 loss scaling: the torch backend (Unsloth
+    trains without a scaler) with float16, or with ``auto`` on a pretrained folder,
+    whose own dtype (float16 or not) only the loaded checkpoint tells."""
+    if _name(cfg.backend.name) != "torch":
+        return False
+    dtype = _name(cfg.model.dtype)
+    return dtype == "float16" or (dtype == "auto" and _name(cfg.model.source) == "pretrained")
+
 
 #: A reward's metric name: kept plain, since it becomes a metrics.jsonl key
 #: (``reward/<name>/mean``) and a TensorBoard tag.

@@ -208,3 +208,14 @@ def test_a_metric_only_some_settings_log_is_taken_with_them_only(
         compose([f"objective.metric={metric}"])
     reason = problem_about(info.value, "objective.metric").reason
     assert "only runs with" in reason and setting[0] in reason
+
+
+def test_step_skipped_is_taken_where_loss_scaling_may_run_and_only_there() -> None:
+    """A folder's own dtype under ``auto`` is known only once it loads (it may be float16);
+    the tiny model under ``auto`` is float32, and Unsloth trains without a loss scaler."""
+    folder = ["model.source=pretrained", "model.name=/models/m", "model.dtype=auto"]
+    cfg = compose(folder)
+    assert "step_skipped" in logged_metrics(AlgorithmName.rl, cfg)
+    assert "step_skipped" not in logged_metrics(AlgorithmName.rl, compose(["model.dtype=auto"]))
+    unsloth = compose(["backend=unsloth", "model.dtype=float16"])
+    assert "step_skipped" not in logged_metrics(AlgorithmName.rl, unsloth)

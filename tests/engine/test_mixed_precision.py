@@ -105,6 +105,22 @@ def test_pure_bfloat16_weights_warn_with_the_share_that_rounds_away(
     assert share > 0.9 and pure < 0.2, (share, pure)
 
 
+def test_the_rounded_away_share_counts_every_weight_an_update_cannot_move() -> None:
+    """Not a bound: exactly the weights where ``|w| + lr`` rounds back to ``|w|``."""
+    generator = torch.Generator().manual_seed(0)
+    layer = torch.nn.Linear(256, 256).to(torch.bfloat16)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(256, 256, generator=generator) * 0.02)
+    weights = torch.cat([p.detach().abs().flatten() for p in layer.parameters()])
+    for lr in (6e-5, 1e-4, 1.1e-4):
+        stuck = int(((weights.float() + lr).to(torch.bfloat16) == weights).sum())
+        assert rounded_away_share(layer, lr) == stuck / weights.numel()
+    # Half a step lies between |w| 2^-9 and |w| 2^-8: counting the lower bound only missed
+    # about 11% of a std-0.02 layer's weights at lr 1e-4.
+    lower_bound = (weights.float() * 2.0**-9 > 1e-4).float().mean().item()
+    assert rounded_away_share(layer, 1e-4) > lower_bound + 0.05
+
+
 def test_no_warning_where_the_learning_rate_moves_bfloat16_weights(qwen2: Path) -> None:
     _, loaded = load_family(qwen2, overrides=["model.dtype=bfloat16", "model.master_weights=false"])
     assert rounded_away_share(loaded.model, 1.0) == 0.0
