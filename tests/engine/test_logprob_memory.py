@@ -112,12 +112,14 @@ def test_every_family_gives_the_full_paths_numbers(
     family: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One chunk (the default size at these vocabularies): the full path's numbers to
-    1e-6; several chunks: the same up to the matrix product's rounding."""
+    1e-6; several chunks: the same up to the matrix product's rounding (about 2.5e-7 of
+    a logit), which a gated recurrence's backward amplifies: Kimi-Linear's forget-gate
+    gradient moved 3e-5 relative. A chunk put in the wrong place moves them by O(1)."""
     settings = SamplingSettings(temperature=0.7, suppress_ids=suppressed_ids(family.tokenizer))
     assert_same_as_full(family.model, _batch(family), settings)
     assert lp.head_matches(family.model, _batch(family).input_ids)  # not the fallback
     monkeypatch.setattr(lp, "CHUNK_ELEMENTS", 120)
-    assert_same_as_full(family.model, _batch(family, seed=1), settings, rtol=1e-5)
+    assert_same_as_full(family.model, _batch(family, seed=1), settings, rtol=1e-4)
 
 
 @pytest.mark.slow
