@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 from conftest_model import QUICK, tiny
-from family_models import CAPACITY
+from family_models import CAPACITY, build_family
 
 from art_hydra import compose, train
 from art_hydra.metrics import read_metrics
@@ -89,29 +89,6 @@ DECAY_FAMILIES: dict[str, dict[str, Any]] = {
 }
 
 
-def _family_model(model_type: str, extra: dict[str, Any]) -> Any:
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    sizes = {
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-    }
-    tokens = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
-    config = AutoConfig.for_model(
-        model_type,
-        vocab_size=96,
-        **tokens,
-        **({} if model_type == "gpt2" else sizes),
-        **extra,
-    )
-    torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(config)
-
-
 def _hf_decayed(model: Any) -> set[str]:
     """The names Hugging Face's Trainer decays (its optimizer takes named_parameters)."""
     from transformers import Trainer as HFTrainer
@@ -127,7 +104,7 @@ def _ours_decayed(model: Any, rule: str = DECAY_RULE) -> set[str]:
 
 @pytest.mark.parametrize("model_type", sorted(DECAY_FAMILIES))
 def test_decay_groups_equal_hugging_faces(model_type: str) -> None:
-    model = _family_model(model_type, DECAY_FAMILIES[model_type])
+    model = build_family(model_type, DECAY_FAMILIES[model_type])
     ours, theirs = _ours_decayed(model), _hf_decayed(model)
     assert ours == theirs, (sorted(ours - theirs), sorted(theirs - ours))
     names = {n for n, _ in model.named_parameters()}
@@ -139,7 +116,7 @@ def test_decay_groups_equal_hugging_faces(model_type: str) -> None:
 def test_decay_groups_equal_hugging_faces_under_lora() -> None:
     from peft import LoraConfig, get_peft_model
 
-    model = _family_model("qwen2", {})
+    model = build_family("qwen2", {})
     lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], modules_to_save=["lm_head"])
     peft_model = get_peft_model(model, lora)
     assert _ours_decayed(peft_model) == _hf_decayed(peft_model)
