@@ -106,13 +106,16 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> RunResult:
 
 
 def _finished_run(cfg: DictConfig, run_dir: Path) -> RunResult | None:
-    """``resume=auto`` in a folder whose run reached ``trainer.max_steps``: nothing to
-    train (a sweep continued skips its finished points). One line says so; the summary
-    is the run's last metrics. None when there is something to train."""
+    """``resume=auto`` or ``resume=true`` in a folder whose run reached
+    ``trainer.max_steps``: nothing to train (a sweep continued skips its finished
+    points). One line says so, and how to train further; the summary is the run's last
+    metrics. None when there is something to train. (Fewer steps than the checkpoint
+    holds never gets here: the world pre-flight refuses it.)"""
     from art_hydra import run_folder
     from art_hydra.metrics import read_metrics
 
-    if run_folder.resume_mode(cfg) != "auto":
+    mode = run_folder.resume_mode(cfg)
+    if mode not in ("auto", "true"):
         return None
     verdict, step = run_folder.auto_verdict(run_dir, cfg.checkpoint.dir, cfg.trainer.max_steps)
     if verdict != run_folder.FINISHED:
@@ -120,7 +123,11 @@ def _finished_run(cfg: DictConfig, run_dir: Path) -> RunResult | None:
     run_folder.discard_hydra_record()  # the folder keeps the record of the run that trained
     records = read_metrics(run_dir) if (run_dir / run_files.METRICS).is_file() else []
     steps = step if step is not None else cfg.trainer.max_steps
-    print(f"art_hydra: {run_dir} already finished ({steps} steps); skipped (resume=auto).")
+    print(
+        f"art_hydra: {run_dir} already finished ({steps} steps); skipped (resume={mode}): "
+        f"trainer.max_steps={cfg.trainer.max_steps} leaves nothing to train. To train it "
+        f"further: resume=true trainer.max_steps=<more than {steps}>"
+    )
     summary = {
         "run_dir": str(run_dir),
         "steps": steps,
@@ -537,13 +544,22 @@ def _train_locked(
     # ---- cleanup ---------------------------------------------------------------------
     finally:
         channel.close()
-        _log_hparams(metrics, record, stop.requested)
+        # A stop that came after the last step stopped nothing: the run is finished.
+        complete = trainer.step >= cfg.trainer.max_steps and sys.exc_info()[0] is None
+        _log_hparams(metrics, record, stop.requested and not (complete and failure is None))
         metrics.close()
     if _can_keep(failure, finished, handed, trainer.step, saved_step):
         assert finished is not None
         finished.save(checkpoints, trainer)
         saved_step = trainer.step
-    if stopping() or failure is not None:
+    if complete and failure is None and stopping():
+        log.info(
+            "%s came after the last step (%d of %d): the run is finished",
+            stop.name,
+            trainer.step,
+            cfg.trainer.max_steps,
+        )
+    elif stopping() or failure is not None:
         if saved_step is None and records.forget():
             log.info("no checkpoint was written: removed this run's records from %s", run_dir)
         message = _stopped_message(cfg, run_dir, stop.name, saved_step, world.size, failure)

@@ -213,6 +213,29 @@ def build_optimizer(model: Any, trainer_cfg: Any, rule: str = DECAY_RULE) -> tup
     return optimizer, scheduler
 
 
+def schedule_rates(optimizer: Any, scheduler: Any) -> None:
+    """Set each group's learning rate to what *this run's* schedule gives at the step
+    the scheduler was restored to.
+
+    A checkpoint holds the rate its own schedule reached (after the last step of a
+    20-step linear run: 0.0). The schedule's shape is rebuilt from the config, so a run
+    extended to more steps must not train its next step at the saved rate: it would
+    take a step at lr 0 (Adam's moments advancing while nothing changes). With the same
+    ``max_steps`` the rate computed is the one saved (the same expression on the same
+    numbers), so an unchanged resume stays bitwise.
+    """
+    lambdas = getattr(scheduler, "lr_lambdas", None)
+    if lambdas is None:  # every transformers schedule is a LambdaLR; others keep theirs
+        return
+    rates = [
+        base * rate(scheduler.last_epoch)
+        for rate, base in zip(lambdas, scheduler.base_lrs, strict=True)
+    ]
+    for group, rate in zip(optimizer.param_groups, rates, strict=True):
+        group["lr"] = rate
+    scheduler._last_lr = rates
+
+
 def optimizer_to_safetensors(optimizer: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Split an optimizer state dict into tensors (safetensors) and plain values (JSON)."""
     state = optimizer.state_dict()
@@ -311,6 +334,7 @@ class Trainer:
             self.optimizer, self.scheduler = build_optimizer(self.model, self.cfg, rule)
         optimizer_from_safetensors(self.optimizer, tensors, plain["optimizer"])
         self.scheduler.load_state_dict(plain["scheduler"])
+        schedule_rates(self.optimizer, self.scheduler)
         if self.scaler is not None and plain["scaler"]:
             self.scaler.load_state_dict(plain["scaler"])
         self.step = plain["step"]

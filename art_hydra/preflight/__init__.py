@@ -633,6 +633,7 @@ def _resume_problems(
                 ),
             )
         ]
+    notes += _fewer_steps_problems(cfg, run_dir, intact)
     notes += run_identity.resume_problems(cfg, run_dir)  # the data, reward, model it began on
     saved = run_folder.saved_config(run_dir)
     if saved is None:
@@ -648,6 +649,33 @@ def _resume_problems(
         )
         for key, old, new in run_folder.differences(saved, cfg)
         if not run_folder.may_change(key)
+    ]
+
+
+def _fewer_steps_problems(cfg: DictConfig, run_dir: Path, intact: Path | None) -> list[Problem]:
+    """A resume whose ``trainer.max_steps`` is below the steps the run already took: it
+    cannot train backwards, and going on would rewrite the run's saved config with a step
+    count its own checkpoints contradict (a finished run of that many steps is skipped
+    only when it is that run, as ``resume=auto`` does)."""
+    saved = run_folder.checkpoint_step(intact) if intact is not None else None
+    if saved is None:
+        status, steps = run_folder.result_status(run_dir)
+        saved = steps if status == "done" else None
+    wanted = cfg.trainer.max_steps
+    if saved is None or saved <= wanted:
+        return []
+    return [
+        world_problem(
+            "trainer.max_steps",
+            wanted,
+            f"the run in {run_dir} has already trained {saved} steps, more than "
+            f"trainer.max_steps={wanted}: a resume continues a run and cannot undo steps.",
+            fix(
+                {"trainer.max_steps": saved},
+                "keep the run as it is (or more, to train it further)",
+                alt=fix(note=f"{_NEW_FOLDER} for a shorter run from the start"),
+            ),
+        )
     ]
 
 
