@@ -672,7 +672,7 @@ def _fewer_steps_problems(cfg: DictConfig, run_dir: Path, intact: Path | None) -
             f"trainer.max_steps={wanted}: a resume continues a run and cannot undo steps.",
             fix(
                 {"trainer.max_steps": saved},
-                "keep the run as it is (or more, to train it further)",
+                "keep the run as it is; a larger count trains it further",
                 alt=fix(note=f"{_NEW_FOLDER} for a shorter run from the start"),
             ),
         )
