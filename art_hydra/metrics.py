@@ -1,4 +1,5 @@
-"""The run's record: metrics.jsonl, TensorBoard events, a progress bar, the final plot.
+"""The run's record: metrics.jsonl, TensorBoard events, a progress bar (or plain progress
+lines, :mod:`art_hydra.progress`), the final plot.
 
 Every file here is opened without following a symbolic link and must be a regular file
 (:func:`art_hydra.run_folder.open_record`); files rewritten whole go through an
@@ -76,13 +77,44 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return _read_jsonl(Path(run_dir) / METRICS)
 
 
+def utc_now() -> str:
+    """The wall clock as ISO-8601 UTC (``2026-12-05T08:00:00.123Z``): the ``time`` of a
+    metric line or a samples line, so a line can be matched to the log and the machine."""
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def metric_line(record: dict[str, Any], algorithm: Any = None) -> dict[str, Any]:
+    """A step's metrics as its metrics.jsonl line: the step, the wall-clock ``time``, then
+    only the keys its algorithm has (an SFT line drops the RL keys of
+    :data:`~art_hydra.config.objective.NOT_IN_SFT`, which it would hold as null or 0).
+    ``algorithm`` None keeps every key. Readers skip ``time``: it is not a number."""
+    from art_hydra.config.objective import NOT_IN_SFT
+
+    sft = getattr(algorithm, "name", algorithm) == "sft"
+    line: dict[str, Any] = {"step": record["step"], "time": utc_now()}
+    for key, value in record.items():
+        if key in ("step", "time") or (sft and key in NOT_IN_SFT):
+            continue
+        line[key] = value
+    return line
+
+
 class MetricsLog:
     """Writes one JSON line (and TensorBoard scalars) per logged step; reads ``cfg.logging``."""
 
     def __init__(
-        self, run_dir: Path, logging_cfg: Any, max_steps: int, resume_step: int | None = None
+        self,
+        run_dir: Path,
+        logging_cfg: Any,
+        max_steps: int,
+        resume_step: int | None = None,
+        algorithm: Any = None,
     ) -> None:
         self.cfg = logging_cfg
+        #: ``cfg.algorithm.name``: which keys its metric lines hold (None: all).
+        self.algorithm = algorithm
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / METRICS
@@ -119,8 +151,13 @@ class MetricsLog:
             # shutil falls back to 80 columns where a terminal reports a size of 0.
             width = shutil.get_terminal_size().columns
             self._bar = tqdm(total=max_steps, initial=start, unit="step", ncols=width)
+        from art_hydra.progress import PlainProgress
+
+        # Plain lines on stdout where no bar shows; in the log file either way.
+        self._progress = PlainProgress(logging_cfg, max_steps, start, print_lines=not show)
 
     def log(self, record: dict[str, Any]) -> None:
+        record = metric_line(record, self.algorithm)
         step = record["step"]
         if self._bar is not None:
             try:
@@ -134,13 +171,16 @@ class MetricsLog:
                 self._bar.set_postfix(postfix)
             except OSError:  # the terminal closed (SIGHUP): the record matters, not the bar
                 self._bar = None
+        self._progress.update(record)
         if not self.due(step):
             return
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         if self._writer is not None:
             for key, value in record.items():
-                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
+                if key == "step" or isinstance(value, bool):
+                    continue
+                if isinstance(value, (int, float)) and math.isfinite(value):
                     self._writer.add_scalar(f"train/{key}", value, step)
 
     def due(self, step: int) -> bool:
@@ -155,7 +195,8 @@ class MetricsLog:
             return
         if self._samples is None:
             self._samples = open_append(self.run_dir / COMPLETIONS)
-        self._samples.write(json.dumps({"step": step, "samples": samples}) + "\n")
+        line = {"step": step, "time": utc_now(), "samples": samples}
+        self._samples.write(json.dumps(line) + "\n")
         self._samples.flush()
 
     def log_hparams(self, hparams: dict[str, Any], metric: str, value: float, step: int) -> None:
@@ -188,7 +229,7 @@ class MetricsLog:
 
 def plot_curve(run_dir: Path, key: str, filename: str) -> Path | None:
     """Draw ``key`` (with its std band when logged) against step into a PNG, atomically."""
-    rows = [m for m in read_metrics(run_dir) if m.get(key) is not None]
+    rows = [m for m in read_metrics(run_dir) if isinstance(m.get(key), (int, float))]
     if not rows:
         return None
     import matplotlib

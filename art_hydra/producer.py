@@ -444,15 +444,22 @@ class RLProducer:
             "completions": float(len(completions)),
             **reward_metrics(per_reward),
         }
-        shown = min(self.log_completions, len(examples))  # one per group
+        shown = min(self.log_completions, len(examples))  # whole groups
         samples = [
             {
-                "prompt": examples[i // n].prompt,
-                "completion": texts[i],
-                "reward": rewards[i],
-                "rewards": {name: values[i] for name, values in per_reward.items()},
+                "prompt": examples[g].prompt,
+                "reference": examples[g].answer,
+                "completions": [
+                    {
+                        "text": texts[i],
+                        "reward": rewards[i],
+                        "rewards": {name: values[i] for name, values in per_reward.items()},
+                        "advantage": sequences[i].advantage,
+                    }
+                    for i in range(g * n, (g + 1) * n)
+                ],
             }
-            for i in range(0, n * shown, n)
+            for g in range(shown)
         ]
         return MiniBatch(sequences, info, samples)
 
@@ -534,8 +541,10 @@ class SFTProducer:
                 f"{task.name!r} have none (first prompt: {missing[0]!r})"
             )
         self.loaded = loaded
+        self.task = task
         self.rank, self.ranks = (world.rank, world.size) if world is not None else (0, 1)
         self.sft = sft_cfg
+        self.log_completions = producer_cfg.log_completions
         self.batch_size = batch_size
         self.accumulation = accumulation
         self.capacity = min(capacity, sft_cfg.max_length)
@@ -568,24 +577,26 @@ class SFTProducer:
 
     def make_inputs(self) -> list[PackedBatch]:
         pad = self.loaded.tokenizer.pad_token_id
+        rows = [
+            _slice(self.stream.take(self.batch_size * self.ranks), self.batch_size, self.rank)
+            for _ in range(self.accumulation)
+        ]
         micro = [
             pack(
-                [
-                    self.sequences[ex]
-                    for ex in _slice(
-                        self.stream.take(self.batch_size * self.ranks), self.batch_size, self.rank
-                    )
-                ],
+                [self.sequences[ex] for ex in examples],
                 self.capacity,
                 pad,
                 self.loaded.layout,
                 self.share_prompts,
             )
-            for _ in range(self.accumulation)
+            for examples in rows
         ]
         total = sum(b.loss_tokens for b in micro)
         for b in micro:
             b.step_loss_tokens = total
+        # The step's first rows as samples (completions.jsonl): what it trained on.
+        trained = [ex for examples in rows for ex in examples][: self.log_completions]
+        micro[0].samples = [{"prompt": ex.prompt, "reference": ex.answer} for ex in trained]
         return micro
 
     def state_dict(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

@@ -93,6 +93,7 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> RunResult:
     except ConfigValidationError as exc:
         if world.is_main:
             _record_refusal(folder, exc)
+            _refusal_in_log(exc)
         raise
     if cfg.dry_run:
         print(resolved_yaml(cfg))
@@ -160,6 +161,15 @@ def _record_refusal(folder: Path, exc: ConfigValidationError) -> None:
         write_refused_result(folder, job_overrides(), str(exc), job_number())
     except OSError as error:
         log.warning("could not write %s: %s", folder / RESULT, error)
+
+
+def _refusal_in_log(exc: ConfigValidationError) -> None:
+    """A job refused by its own checks says why in its ``art_hydra.log`` too (a sweep's
+    job folder, a SLURM job's log), unless a problem is about the folder itself (it may
+    hold another run, whose log is not this job's to write)."""
+    if any(p.key.startswith("hydra.") for p in exc.problems):
+        return
+    _in_log_files(f"art_hydra: the run was refused:\n{exc}", logging.ERROR)
 
 
 def build_trainer_and_producer(
@@ -362,6 +372,11 @@ def _train_locked(
     from art_hydra.queue import StepChannel
 
     hf_logging.disable_progress_bar()  # our own bar, and quiet logs
+    if world.is_main:  # once per run: a busy CPU with torch's default thread count
+        from art_hydra.backends.torch_backend import resolve_device
+        from art_hydra.cpu_load import warn_if_busy
+
+        warn_if_busy(resolve_device(cfg.backend.device).type, cfg.backend.cpu_threads)
     if cfg.backend.cpu_threads is not None:
         # Before the trainer's thread starts: it takes this count at its first torch op.
         torch.set_num_threads(cfg.backend.cpu_threads)
@@ -372,7 +387,12 @@ def _train_locked(
     torch.manual_seed(cfg.seed)
     is_rl = cfg.algorithm.name == AlgorithmName.rl
     trainer, producer = build_trainer_and_producer(cfg, world)
-    log.info("%s", parameter_line(cfg, trainer.model))
+    if world.is_main:  # what trains, where, on what, how: in plain words
+        from art_hydra.start_summary import log_start_summary
+
+        log_start_summary(cfg, trainer.loaded, producer.task, world.size, torch.get_num_threads())
+    else:
+        log.info("%s", parameter_line(cfg, trainer.model))
     ranked = _Ranked(producer, world)
     # One process saves the producer's own state; the ranks save theirs together. Both
     # load through _Ranked, which refuses a checkpoint of another number of ranks.
@@ -426,6 +446,7 @@ def _train_locked(
             cfg.logging,
             cfg.trainer.max_steps,
             resume_step=start_step if resuming else None,
+            algorithm=cfg.algorithm.name,
         )
         if world.is_main
         else NoRecord()
@@ -583,7 +604,8 @@ def _train_locked(
     }
     if last and world.is_main:
         shown = f"reward {last['reward_mean']:.3f}" if is_rl else f"loss {last['loss']:.4f}"
-        print(f"art_hydra: {trainer.step} steps, final {shown}; outputs in {run_dir}")
+        done = f"art_hydra: {trainer.step} steps, final {shown}; outputs in {run_dir}"
+        print(_in_log_files(done, logging.INFO))  # the result closes art_hydra.log too
     return summary
 
 

@@ -110,7 +110,8 @@ def left_pads(config: Any) -> bool:
 
 
 def _one_per_row(config: Any, why: str) -> Layout:
-    return Layout(MaskForm.padding, left_padding=left_pads(config), reason=f"one per row: {why}")
+    reason = f"one sequence per row, right-padded (no packing), because {why}"
+    return Layout(MaskForm.padding, left_padding=left_pads(config), reason=reason)
 
 
 def row_layout(config: Any, capacity: int | None) -> Layout:
@@ -144,7 +145,12 @@ def row_layout(config: Any, capacity: int | None) -> Layout:
         )
     form = MASK_FORMS[impl]
     kind = "boolean" if form == MaskForm.block_bool else "additive float"
-    return Layout(form, left_padding=True, reason=f"packed, {kind} block mask ({family}, {impl})")
+    reason = (
+        f"packed: several sequences share each row, kept apart by a block-diagonal {kind} "
+        f"mask, because packing is proven for the {family} family and its attention "
+        f"implementation ({impl}) honours such a mask"
+    )
+    return Layout(form, left_padding=True, reason=reason)
 
 
 def unpacked_layout(config: Any, why: str) -> Layout:

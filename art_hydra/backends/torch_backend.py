@@ -318,7 +318,7 @@ def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None
     if backend_cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     layout = row_layout(model.config, capacity=model_cfg.max_seq_length)
-    log.info("row layout: %s", layout.reason)
+    log.debug("row layout: %s", layout.reason)  # the run's start summary says it in full
     is_peft = model_cfg.finetune == FinetuneMethod.lora
     if is_peft:
         from art_hydra.backends.adapters import add_lora

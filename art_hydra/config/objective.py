@@ -84,11 +84,13 @@ def reward_metrics(task: Any) -> set[str]:
     return {f"reward/{n}/{part}" for n in names for part in ("mean", "std", "count")}
 
 
-#: What SFT writes as null (no rollouts, no rewards) or as a constant 0 (no reference
-#: policy, no clipped ratio): nothing an objective could compare.
-_NOT_IN_SFT = frozenset(
+#: What an SFT step has no value for (no rollouts, no rewards, no reference policy, no
+#: clipped ratio): nothing an objective could compare, and no key of an SFT metric line
+#: (:func:`art_hydra.metrics.metric_line` drops them).
+NOT_IN_SFT = frozenset(
     {"reward_mean", "reward_std", "zero_std_groups", "completion_length", "kl", "clip_fraction"}
 )
+_NOT_IN_SFT = NOT_IN_SFT
 
 #: The metrics where lower is better; ``direction=auto`` maximises every other one.
 LOWER_IS_BETTER = frozenset(

@@ -480,7 +480,9 @@ class ProducerConfig:
         2,
         ge=0,
         help=(
-            "Completions per step saved to completions.jsonl in the run directory, for inspection."
+            "Samples per step saved to completions.jsonl in the run directory, for inspection: "
+            "RL, whole groups (prompt, reference answer, each completion's rewards and "
+            "advantage); SFT, training rows (prompt and target)."
         ),
         resume=MAY_CHANGE,
     )
@@ -736,6 +738,25 @@ class LoggingConfig:
         help=(
             "Progress bar: auto (only on a terminal), on or off (YAML's bare on/off/true/false "
             "work)."
+        ),
+        resume=MAY_CHANGE,
+    )
+    progress_every_steps: int = setting(
+        0,
+        ge=0,
+        help=(
+            "Where no progress bar shows (stdout not a terminal: piped, SLURM), print a plain "
+            "progress line every N steps (0: by time only, logging.progress_every_s); the "
+            "lines also go to art_hydra.log."
+        ),
+        resume=MAY_CHANGE,
+    )
+    progress_every_s: float = setting(
+        30.0,
+        gt=0,
+        help=(
+            "Seconds between plain progress lines (whichever of this and "
+            "logging.progress_every_steps comes first)."
         ),
         resume=MAY_CHANGE,
     )
