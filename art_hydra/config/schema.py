@@ -280,7 +280,8 @@ class BackendConfig:
             "Threads torch computes with on the CPU (null: torch's default, one per core). Where "
             "other work keeps the cores busy, 1 is far faster: every parallel op waits for its "
             "slowest thread, and a thread the OS has put aside stalls it. A resume may change "
-            "it; like another machine, it changes float rounding only."
+            "it; like another machine, it changes float rounding only. Left null, a CPU run "
+            "that starts on a busy machine (load average at half the cores or more) says so."
         ),
         resume=MAY_CHANGE,
         legacy=None,
