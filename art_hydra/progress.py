@@ -44,15 +44,13 @@ def progress_due(
 
 def clock(seconds: float) -> str:
     """``seconds`` as ``H:MM:SS`` (``M:SS`` under an hour)."""
-    total = max(0, int(round(seconds)))
+    total = max(0, round(seconds))
     hours, rest = divmod(total, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-def progress_line(
-    record: dict[str, Any], max_steps: int, elapsed_s: float, steps_done: int
-) -> str:
+def progress_line(record: dict[str, Any], max_steps: int, elapsed_s: float, steps_done: int) -> str:
     """One plain progress line for a step's ``record`` (its metrics): step/max, the
     reward (RL) and the loss, tokens per second, time elapsed in this invocation and the
     estimate of what is left (from this invocation's mean step time; ``steps_done`` steps

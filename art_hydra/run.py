@@ -390,7 +390,9 @@ def _train_locked(
     if world.is_main:  # what trains, where, on what, how: in plain words
         from art_hydra.start_summary import log_start_summary
 
-        log_start_summary(cfg, trainer.loaded, producer.task, world.size, torch.get_num_threads())
+        parameters = parameter_line(cfg, trainer.model)
+        threads = torch.get_num_threads()
+        log_start_summary(cfg, trainer.loaded, producer.task, parameters, world.size, threads)
     else:
         log.info("%s", parameter_line(cfg, trainer.model))
     ranked = _Ranked(producer, world)

@@ -23,13 +23,12 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def model_line(cfg: Any, model: Any) -> str:
-    """The model, its family, and what of it trains (:func:`art_hydra.run.parameter_line`)."""
-    from art_hydra.run import parameter_line
-
+def model_line(parameters: str, model: Any) -> str:
+    """The model, its family, and what of it trains (``parameters``: the run's
+    :func:`art_hydra.run.parameter_line`)."""
     config = getattr(model, "config", None)
     family = getattr(config, "model_type", None) or "unknown"
-    return f"{parameter_line(cfg, model)}; family {family}"
+    return f"{parameters}; family {family}"
 
 
 def device_line(cfg: Any, loaded: Any, threads: int | None) -> str:
@@ -87,11 +86,17 @@ def layout_line(loaded: Any) -> str:
 
 
 def summary_lines(
-    cfg: Any, loaded: Any, task: Any, ranks: int = 1, threads: int | None = None
+    cfg: Any,
+    loaded: Any,
+    task: Any,
+    parameters: str,
+    ranks: int = 1,
+    threads: int | None = None,
 ) -> list[str]:
-    """The start summary's lines for a run of ``cfg`` with its model loaded."""
+    """The start summary's lines for a run of ``cfg`` with its model loaded
+    (``parameters``: the line that counts what trains)."""
     return [
-        model_line(cfg, loaded.model),
+        model_line(parameters, loaded.model),
         device_line(cfg, loaded, threads),
         data_line(task),
         batch_line(cfg, ranks),
@@ -100,10 +105,15 @@ def summary_lines(
 
 
 def log_start_summary(
-    cfg: Any, loaded: Any, task: Any, ranks: int = 1, threads: int | None = None
+    cfg: Any,
+    loaded: Any,
+    task: Any,
+    parameters: str,
+    ranks: int = 1,
+    threads: int | None = None,
 ) -> list[str]:
     """Log the start summary (the console and ``art_hydra.log``); returns its lines."""
-    lines = summary_lines(cfg, loaded, task, ranks, threads)
+    lines = summary_lines(cfg, loaded, task, parameters, ranks, threads)
     for line in lines:
         log.info("%s", line)
     return lines
