@@ -178,9 +178,7 @@ class MetricsLog:
         self._file.flush()
         if self._writer is not None:
             for key, value in record.items():
-                if key == "step" or isinstance(value, bool):
-                    continue
-                if isinstance(value, (int, float)) and math.isfinite(value):
+                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
                     self._writer.add_scalar(f"train/{key}", value, step)
 
     def due(self, step: int) -> bool:

@@ -203,3 +203,30 @@ def test_the_row_layout_says_what_it_is_and_why() -> None:
         "one sequence per row, right-padded (no packing), because packing is not proven "
         "for the 'bert2' family"
     )
+
+
+# ---- art_hydra.log holds a refusal -----------------------------------------------------
+
+
+def _file_log(path: Path) -> logging.FileHandler:
+    handler = logging.FileHandler(path)
+    logging.getLogger().addHandler(handler)
+    return handler
+
+
+@pytest.mark.parametrize(("key", "logged"), [("trainer.max_steps", True), ("hydra.run.dir", False)])
+def test_a_refused_job_says_why_in_its_log_file(tmp_path: Path, key: str, logged: bool) -> None:
+    """A job refused by its own checks writes the report to its log file, unless a
+    problem is about the folder (whose log may be another run's)."""
+    from art_hydra.config.problems import ConfigValidationError, Problem
+    from art_hydra.run import _refusal_in_log
+
+    handler = _file_log(tmp_path / "art_hydra.log")
+    try:
+        _refusal_in_log(ConfigValidationError([Problem(key, 3, "it cannot work", f"{key}=4")]))
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+    text = (tmp_path / "art_hydra.log").read_text()
+    assert ("the run was refused" in text and "it cannot work" in text) is logged
+    assert bool(text) is logged

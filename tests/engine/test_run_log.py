@@ -98,3 +98,12 @@ def test_an_sft_run_writes_samples_and_no_rl_keys(cli, tmp_path: Path) -> None:
         assert set(row) == {"prompt", "reference"}
         assert row["reference"] == row["prompt"].removesuffix("=")[::-1]
     assert "art_hydra: 2 steps, final loss" in (run / "art_hydra.log").read_text()
+
+
+def test_a_failed_run_leaves_its_error_in_the_log(cli, tmp_path: Path) -> None:
+    proc = cli(*SHORT, "timeouts.rollout_s=0.001")
+    assert proc.returncode == 1, output_of(proc)
+    log = (tmp_path / "run" / "art_hydra.log").read_text()
+    assert "row layout: " in log  # the summary came first
+    assert "art_hydra: the run failed: sampling the generation batch did not finish" in log
+    assert "result.json: failed" in log
