@@ -93,7 +93,7 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> RunResult:
     except ConfigValidationError as exc:
         if world.is_main:
             _record_refusal(folder, exc)
-            _refusal_in_log(exc)
+            _refusal_in_log(folder, exc)
         raise
     if cfg.dry_run:
         print(resolved_yaml(cfg))
@@ -163,11 +163,13 @@ def _record_refusal(folder: Path, exc: ConfigValidationError) -> None:
         log.warning("could not write %s: %s", folder / RESULT, error)
 
 
-def _refusal_in_log(exc: ConfigValidationError) -> None:
+def _refusal_in_log(folder: Path, exc: ConfigValidationError) -> None:
     """A job refused by its own checks says why in its ``art_hydra.log`` too (a sweep's
-    job folder, a SLURM job's log), unless a problem is about the folder itself (it may
-    hold another run, whose log is not this job's to write)."""
+    job folder, a SLURM job's log), unless a problem is about the folder itself or the
+    folder holds a run already (a refused resume changes no file of that run)."""
     if any(p.key.startswith("hydra.") for p in exc.problems):
+        return
+    if (folder / run_files.RUN_CONFIG).exists():
         return
     _in_log_files(f"art_hydra: the run was refused:\n{exc}", logging.ERROR)
 

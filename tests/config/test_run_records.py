@@ -214,16 +214,26 @@ def _file_log(path: Path) -> logging.FileHandler:
     return handler
 
 
-@pytest.mark.parametrize(("key", "logged"), [("trainer.max_steps", True), ("hydra.run.dir", False)])
-def test_a_refused_job_says_why_in_its_log_file(tmp_path: Path, key: str, logged: bool) -> None:
+@pytest.mark.parametrize(
+    ("key", "saved", "logged"),
+    [("trainer.max_steps", False, True), ("hydra.run.dir", False, False), ("seed", True, False)],
+)
+def test_a_refused_job_says_why_in_its_log_file(
+    tmp_path: Path, key: str, saved: bool, logged: bool
+) -> None:
     """A job refused by its own checks writes the report to its log file, unless a
-    problem is about the folder (whose log may be another run's)."""
+    problem is about the folder or the folder holds a run (a refused resume changes no
+    file of it)."""
     from art_hydra.config.problems import ConfigValidationError, Problem
     from art_hydra.run import _refusal_in_log
 
+    if saved:
+        (tmp_path / "run_config.yaml").write_text("seed: 1\n")
     handler = _file_log(tmp_path / "art_hydra.log")
     try:
-        _refusal_in_log(ConfigValidationError([Problem(key, 3, "it cannot work", f"{key}=4")]))
+        _refusal_in_log(
+            tmp_path, ConfigValidationError([Problem(key, 3, "it cannot work", f"{key}=4")])
+        )
     finally:
         logging.getLogger().removeHandler(handler)
         handler.close()
