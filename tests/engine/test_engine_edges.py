@@ -104,12 +104,13 @@ def test_sft_examples_too_long_are_refused(tmp_path: Path) -> None:
 
 
 def test_completions_are_saved_for_inspection(tmp_path: Path) -> None:
-    train(compose([*QUICK, "trainer.max_steps=2", "producer.log_completions=3"]), run_dir=tmp_path)
+    train(compose([*QUICK, "trainer.max_steps=2", "producer.log_completions=1"]), run_dir=tmp_path)
     text = (tmp_path / "completions.jsonl").read_text()
     lines = [json.loads(line) for line in text.splitlines()]
-    assert len(lines) == 2 and len(lines[0]["samples"]) == 3  # three whole groups
-    completion = lines[0]["samples"][0]["completions"][0]
-    assert completion.keys() == {"text", "reward", "rewards", "advantage"}
+    assert len(lines) == 2 and len(lines[0]["samples"]) == 1  # one group...
+    group = lines[0]["samples"][0]
+    assert len(group["completions"]) == 8  # ...whole (rl.num_generations)
+    assert group["completions"][0].keys() == {"text", "reward", "rewards", "advantage"}
 
 
 def test_the_trainer_computes_with_the_configured_cpu_threads(
