@@ -33,6 +33,28 @@ def _quiet() -> Iterator[None]:
                 log.info("trackio: %s", line.strip())
 
 
+#: Trackio's module-level paths, read from TRACKIO_DIR when trackio is first imported.
+_PATHS = {"TRACKIO_DIR": "", "MEDIA_DIR": "media", "ARTIFACTS_DIR": "artifacts"}
+
+
+def _repoint(folder: Path) -> None:
+    """Trackio reads TRACKIO_DIR once, at its import, into module constants; a second run
+    in the same process (a sweep's jobs under Hydra's basic launcher, ``train(cfg)``
+    called twice) would write into the first run's folder. Point every loaded trackio
+    module's copy at this run's folder."""
+    import sys
+
+    utils = sys.modules.get("trackio.utils")
+    old = getattr(utils, "TRACKIO_DIR", None)
+    if old is None or Path(old) == folder:
+        return
+    for name, module in list(sys.modules.items()):
+        if name == "trackio" or name.startswith("trackio."):
+            for attr, sub in _PATHS.items():
+                if getattr(module, attr, None) == (Path(old) / sub if sub else Path(old)):
+                    setattr(module, attr, folder / sub if sub else folder)
+
+
 @register_tracker("trackio")
 class TrackioTracker(Tracker):
     def start(
@@ -46,6 +68,8 @@ class TrackioTracker(Tracker):
         # Trackio's store (its default is under the Hugging Face cache in the home folder).
         os.environ["TRACKIO_DIR"] = str(folder)
         import trackio
+
+        _repoint(folder)
 
         self.trackio = trackio
         name = resume_id or run_name
