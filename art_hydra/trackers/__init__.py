@@ -45,7 +45,9 @@ class Trackers:
             try:
                 call(tracker)
             except Exception as exc:
-                log.warning("%s: %s failed (%s); the run goes on without it", tracker.name, what, exc)
+                log.warning(
+                    "%s: %s failed (%s); the run goes on without it", tracker.name, what, exc
+                )
                 self.trackers.remove(tracker)
 
     def log_metrics(self, record: dict[str, Any]) -> None:

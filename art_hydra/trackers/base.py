@@ -155,5 +155,3 @@ def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[name] = value
     return out
-
-

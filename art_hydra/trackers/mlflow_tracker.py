@@ -68,9 +68,7 @@ class MlflowTracker(Tracker):
             self.client.log_batch(self.run_id, params=params[start : start + 100])
         import yaml
 
-        self.client.log_text(
-            self.run_id, yaml.safe_dump(config, sort_keys=False), "config.yaml"
-        )
+        self.client.log_text(self.run_id, yaml.safe_dump(config, sort_keys=False), "config.yaml")
         return self.run_id
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:

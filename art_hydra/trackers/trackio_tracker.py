@@ -15,7 +15,6 @@ from typing import Any
 
 from art_hydra.trackers.base import Tracker, flat_config, register_tracker, sample_rows, table
 
-
 log = logging.getLogger(__name__)
 
 

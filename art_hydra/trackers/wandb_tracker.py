@@ -73,7 +73,9 @@ class WandbTracker(Tracker):
         rows = sample_rows(step, kind, samples)
         if rows:
             columns, data = table(rows)
-            self.run.log({f"samples/{kind}": self.wandb.Table(columns=columns, data=data)}, step=step)
+            self.run.log(
+                {f"samples/{kind}": self.wandb.Table(columns=columns, data=data)}, step=step
+            )
 
     def summary(self, hparams: dict[str, Any], values: dict[str, float]) -> None:
         self.run.summary.update({**values, "status": hparams.get("status")})
