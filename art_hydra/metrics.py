@@ -111,7 +111,11 @@ class MetricsLog:
                 if isinstance(config, DictConfig)
                 else config
             )
-            self.trackers = open_trackers(self.run_dir, logging_cfg, plain, resume_step)
+            try:
+                self.trackers = open_trackers(self.run_dir, logging_cfg, plain, resume_step)
+            except BaseException:
+                self._file.close()
+                raise
         show = {"on": True, "off": False}.get(logging_cfg.progress_bar, sys.stdout.isatty())
         self._bar = None
         if show:

@@ -5,6 +5,7 @@ together; each tracker's own module holds its library's calls (see
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -85,18 +86,20 @@ def open_trackers(
     config = config or {}
     task = config.get("task", {}).get("name") if isinstance(config.get("task"), dict) else None
     project = project_name(logging_cfg, str(task or "run"))
-    run_name = Path(run_dir).name
+    run_dir = Path(run_dir)
+    run_name = run_dir.name
     started: list[Tracker] = []
     for name in names:
         if name == TENSORBOARD:
-            folder = Path(run_dir) / run_files.TENSORBOARD
+            folder = run_dir / run_files.TENSORBOARD
         else:
-            folder = Path(run_dir) / run_files.TRACKERS / name
+            folder = run_dir / run_files.TRACKERS / name
             folder.mkdir(parents=True, exist_ok=True)
-        id_file = Path(run_dir) / run_files.TRACKERS / f"{name}.id"
+        id_file = run_dir / run_files.TRACKERS / f"{name}.id"
         saved = read_record(id_file) if resume_step is not None else None
         tracker = TRACKERS[name]()
         tracker.resume_step = resume_step
+        began = time.perf_counter()
         try:
             kept = tracker.start(folder, config, run_name, project, (saved or "").strip() or None)
         except Exception as exc:
@@ -107,5 +110,13 @@ def open_trackers(
             ) from exc
         if kept:
             write_atomic(id_file, kept)
+        # TensorBoard, the default, says nothing (a default run's output stays as it was).
+        log.log(
+            logging.DEBUG if name == TENSORBOARD else logging.INFO,
+            "%s: reporting to %s (started in %.1f s)",
+            name,
+            folder.relative_to(run_dir),
+            time.perf_counter() - began,
+        )
         started.append(tracker)
     return Trackers(started)

@@ -1,7 +1,7 @@
 """MLflow through ``MlflowClient``: a file store inside the run folder unless
 ``MLFLOW_TRACKING_URI`` names a server or store of the user's; the resolved config as
 flattened params and as ``config.yaml``, metrics per step, each logged step's
-completions appended to a ``samples/<kind>.json`` table (``log_table``). The run id is
+completions as a table (``log_table``: ``samples/<kind>/step-NNNNNN.json``). The run id is
 kept in the run folder, so a resume continues the same MLflow run."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class MlflowTracker(Tracker):
         # telemetry would write an id into ~/.config/mlflow and call home.
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-        # log_table appends by downloading the table so far: no bar on stdout for that.
+        # log_table looks for an existing table to append to: no download bar on stdout.
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         from mlflow.tracking import MlflowClient
 
@@ -85,7 +85,9 @@ class MlflowTracker(Tracker):
         if rows:
             columns, data = table(rows)
             frame = {c: [row[i] for row in data] for i, c in enumerate(columns)}
-            self.client.log_table(self.run_id, frame, f"samples/{kind}.json")
+            # A table per step: log_table appends to an existing file by reading it whole,
+            # which grows with the run; a file per step costs the same at every step.
+            self.client.log_table(self.run_id, frame, f"samples/{kind}/step-{step:06d}.json")
 
     def summary(self, hparams: dict[str, Any], values: dict[str, float]) -> None:
         self.client.set_tag(self.run_id, "status", str(hparams.get("status")))

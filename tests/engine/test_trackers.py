@@ -137,10 +137,11 @@ def test_every_tracker_gets_config_metrics_and_samples_and_resume_continues_it(
     assert len(client.search_runs([experiment.experiment_id])) == 1
     artifacts = {a.path for a in client.list_artifacts(ids["mlflow"])}
     assert {"config.yaml", "samples"} <= artifacts
-    samples = json.loads(
-        (Path(found.info.artifact_uri.removeprefix("file://")) / "samples/train.json").read_text()
-    )
-    assert len(samples["data"]) == 3 * per_step and "completion" in samples["columns"]
+    tables = [a.path for a in client.list_artifacts(ids["mlflow"], "samples/train")]
+    assert tables == [f"samples/train/step-{n:06d}.json" for n in (1, 2, 3)]
+    local = client.download_artifacts(ids["mlflow"], tables[0], str(tmp_path))
+    samples = json.loads(Path(local).read_text())
+    assert len(samples["data"]) == per_step and "completion" in samples["columns"]
 
     # Trackio: its local store read back with its storage API.
     stored = _trackio_logs(run_dir / "trackers" / "trackio", "art-hydra-reverse", ids["trackio"])
