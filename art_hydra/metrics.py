@@ -1,5 +1,5 @@
-"""The run's record: metrics.jsonl, TensorBoard events, a progress bar (or plain progress
-lines, :mod:`art_hydra.progress`), the final plot.
+"""The run's record: metrics.jsonl, the trackers (TensorBoard, W&B, MLflow, Trackio), a
+progress bar (or plain progress lines, :mod:`art_hydra.progress`), the final plot.
 
 Every file here is opened without following a symbolic link and must be a regular file
 (:func:`art_hydra.run_folder.open_record`); files rewritten whole go through an
@@ -12,17 +12,15 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from art_hydra import safe_json
-from art_hydra.config.run_files import COMPLETIONS, METRICS, TENSORBOARD
+from art_hydra.config.run_files import COMPLETIONS, METRICS
+from art_hydra.config.tracker_names import TENSORBOARD, chosen_trackers
 from art_hydra.run_folder import (
-    UnsafePath,
-    entry_kind,
     exclusive_temp,
     open_append,
     read_record,
@@ -102,7 +100,9 @@ def metric_line(record: dict[str, Any], algorithm: Any = None) -> dict[str, Any]
 
 
 class MetricsLog:
-    """Writes one JSON line (and TensorBoard scalars) per logged step; reads ``cfg.logging``."""
+    """Writes one JSON line per logged step and fans it out to the trackers the run
+    chose (``logging.report_to``); reads ``cfg.logging``. ``config``: the run's resolved
+    config, given to the trackers (TensorBoard as text, the others as their config)."""
 
     def __init__(
         self,
@@ -111,6 +111,7 @@ class MetricsLog:
         max_steps: int,
         resume_step: int | None = None,
         algorithm: Any = None,
+        config: Any = None,
     ) -> None:
         self.cfg = logging_cfg
         #: ``cfg.algorithm.name``: which keys its metric lines hold (None: all).
@@ -126,21 +127,22 @@ class MetricsLog:
                 _truncate_after(self.run_dir / name, resume_step)
         self._file = open_append(self.path)  # closed in close()
         self._samples: Any = None
-        self._writer = None
-        if logging_cfg.tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
+        self.trackers: Any = None
+        if chosen_trackers(logging_cfg):
+            from omegaconf import DictConfig, OmegaConf
 
-            events = self.run_dir / TENSORBOARD
-            if entry_kind(events) not in (None, "folder"):
-                raise UnsafePath(
-                    f"{events} is a {entry_kind(events)}, not the run's own folder: the event "
-                    "files would be written through it. Remove it, or logging.tensorboard=false."
-                )
+            from art_hydra.trackers import open_trackers
 
-            self._writer = SummaryWriter(
-                log_dir=str(self.run_dir / TENSORBOARD),
-                purge_step=start + 1 if resume_step is not None else None,
+            plain = (
+                OmegaConf.to_container(config, resolve=True, enum_to_str=True)
+                if isinstance(config, DictConfig)
+                else config
             )
+            try:
+                self.trackers = open_trackers(self.run_dir, logging_cfg, plain, resume_step)
+            except BaseException:
+                self._file.close()
+                raise
         show = {"on": True, "off": False}.get(logging_cfg.progress_bar, sys.stdout.isatty())
         self._bar = None
         if show:
@@ -176,10 +178,8 @@ class MetricsLog:
             return
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
-        if self._writer is not None:
-            for key, value in record.items():
-                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
-                    self._writer.add_scalar(f"train/{key}", value, step)
+        if self.trackers:
+            self.trackers.log_metrics(record)
 
     def due(self, step: int) -> bool:
         """Every ``logging.every_steps``-th step, and always the run's last one: a run
@@ -196,32 +196,35 @@ class MetricsLog:
         line = {"step": step, "time": utc_now(), "samples": samples}
         self._samples.write(json.dumps(line) + "\n")
         self._samples.flush()
+        self.track_samples(step, "train", samples)
+
+    def track_samples(self, step: int, kind: str, samples: list[dict[str, Any]]) -> None:
+        """Hand a step's samples (``kind``: train or eval) to every tracker as a table."""
+        if self.trackers:
+            self.trackers.track_samples(step, kind, samples)
 
     def log_hparams(self, hparams: dict[str, Any], metric: str, value: float, step: int) -> None:
-        """Write the job's hyperparameters (its overrides) and its objective into this
-        run's own event folder, so TensorBoard's HParams view lists every job of a sweep
-        side by side (``add_hparams`` would open a second run folder per job)."""
-        if self._writer is None:
+        """Hand the job's hyperparameters (its overrides and status) and its objective to
+        the trackers: TensorBoard writes them into this run's own event folder, so its
+        HParams view lists every job of a sweep side by side (``add_hparams`` would open a
+        second run folder per job); the others keep them in their run's summary."""
+        if not self.trackers:
             return
-        from torch.utils.tensorboard.summary import hparams as hparams_summary
-
         tag = f"objective/{metric}"
-        experiment, start, end = hparams_summary(hparams, {tag: value})
-        writer = self._writer.file_writer
-        for summary in (experiment, start, end):
-            writer.add_summary(summary)
-        if math.isfinite(value):
-            self._writer.add_scalar(tag, value, step)
-        self._writer.flush()
+        self.trackers.summary(hparams, {tag: value})
+        board = self.trackers.get(TENSORBOARD)
+        if board is not None:
+            board.scalar(tag, value, step)  # type: ignore[attr-defined]
 
-    def close(self) -> None:
+    def close(self, status: str = "done") -> None:
+        """Close the record; ``status`` (done, failed, interrupted) ends each tracker's run."""
         if self._samples is not None:
             self._samples.close()
         if self._bar is not None:
             with contextlib.suppress(OSError):  # a closed terminal
                 self._bar.close()
-        if self._writer is not None:
-            self._writer.close()
+        if self.trackers is not None:
+            self.trackers.close(status)
         self._file.close()
 
 

@@ -451,6 +451,7 @@ def _train_locked(
             cfg.trainer.max_steps,
             resume_step=start_step if resuming else None,
             algorithm=cfg.algorithm.name,
+            config=cfg,
         )
         if world.is_main
         else NoRecord()
@@ -571,8 +572,10 @@ def _train_locked(
         channel.close()
         # A stop that came after the last step stopped nothing: the run is finished.
         complete = trainer.step >= cfg.trainer.max_steps and sys.exc_info()[0] is None
-        _log_hparams(metrics, record, stop.requested and not (complete and failure is None))
-        metrics.close()
+        stopped = stop.requested and not (complete and failure is None)
+        _log_hparams(metrics, record, stopped)
+        failing = sys.exc_info()[0] is not None or failure is not None
+        metrics.close(INTERRUPTED if stopped else FAILED if failing else DONE)
     if _can_keep(failure, finished, handed, trainer.step, saved_step):
         assert finished is not None
         finished.save(checkpoints, trainer)
@@ -642,7 +645,10 @@ class NoRecord:
     def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
         pass
 
-    def close(self) -> None:
+    def track_samples(self, step: int, kind: str, samples: list[dict[str, Any]]) -> None:
+        pass
+
+    def close(self, status: str = DONE) -> None:
         pass
 
 
@@ -929,6 +935,7 @@ class _Records:
         run_files.METRICS,
         run_files.COMPLETIONS,
         run_files.TENSORBOARD,
+        run_files.TRACKERS,
     )
 
     def __init__(self, run_dir: Path, fresh: bool) -> None:

@@ -57,6 +57,7 @@ from art_hydra.config.run_files import (
     RUN_CONFIG,
     SWEEP_FILES,
     TENSORBOARD,
+    TRACKERS,
 )
 from art_hydra.config.store import job_record_name
 
@@ -83,6 +84,7 @@ RUN_ENTRIES = (
     f".{METRICS}.*.tmp",
     f".{COMPLETIONS}.*.tmp",
     TENSORBOARD,
+    TRACKERS,
     *PLOTS,
     *(f".{Path(plot).stem}.*.tmp" for plot in PLOTS),
     LOCK,
@@ -202,7 +204,7 @@ def linked_entries(run_dir: Path, checkpoint_dir: str) -> list[str]:
     """Entries of the run's own record that are links or of the wrong kind (a folder where
     a file belongs, a FIFO): the run would write through them."""
     found = []
-    folders = {HYDRA_RECORD, TENSORBOARD, RANKS}
+    folders = {HYDRA_RECORD, TENSORBOARD, TRACKERS, RANKS}
     for name in (LOCK, RUN_CONFIG, RESUMES, METRICS, COMPLETIONS, RESULT, *PLOTS):
         if entry_kind(run_dir / name) not in (None, "file"):
             found.append(name)
@@ -608,7 +610,7 @@ def auto_verdict(run_dir: Path, checkpoint_dir: str, max_steps: int) -> tuple[st
 #: A run's own records that a restart under resume=auto replaces (a run that ended
 #: before its first checkpoint: nothing in them can be resumed). Its result record is
 #: not among them: the new run rewrites it (and has, by the time this runs).
-UNSAVED_RECORDS = (RUN_CONFIG, IDENTITY, METRICS, COMPLETIONS, TENSORBOARD, RESUMES)
+UNSAVED_RECORDS = (RUN_CONFIG, IDENTITY, METRICS, COMPLETIONS, TENSORBOARD, TRACKERS, RESUMES)
 
 
 def clear_unsaved_run(run_dir: Path) -> list[str]:

@@ -21,6 +21,8 @@ COMPLETIONS = "completions.jsonl"
 IDENTITY = "run_identity.json"
 #: TensorBoard's event folder.
 TENSORBOARD = "tensorboard"
+#: The other trackers' folders (W&B, MLflow, Trackio) and their resume ids.
+TRACKERS = "trackers"
 #: The curves drawn at the end of a run (RL: reward, SFT: loss).
 REWARD_PLOT = "reward.png"
 LOSS_PLOT = "loss.png"

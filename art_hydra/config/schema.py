@@ -730,7 +730,31 @@ class LoggingConfig:
     """What a run reports while it trains."""
 
     every_steps: int = setting(1, ge=1, help="Write metrics every N steps.", resume=MAY_CHANGE)
-    tensorboard: bool = setting(True, help="Write TensorBoard event files.", resume=MAY_CHANGE)
+    tensorboard: bool | None = setting(
+        None,
+        help=(
+            "Write TensorBoard event files: null follows logging.report_to; true or false "
+            "adds or drops TensorBoard whatever report_to says."
+        ),
+        resume=MAY_CHANGE,
+    )
+    report_to: list[str] = setting(
+        factory=lambda: ["tensorboard"],
+        help=(
+            "Trackers the run reports to through their own libraries: tensorboard, wandb, "
+            "mlflow, trackio, or [none]. Their files go under the run folder's trackers/ "
+            "(TensorBoard's under tensorboard/)."
+        ),
+        resume=MAY_CHANGE,
+    )
+    project: str | None = setting(
+        None,
+        help=(
+            "Project (W&B, Trackio) or experiment (MLflow) name the run is filed under; "
+            "null: art-hydra-<task name>."
+        ),
+        resume=MAY_CHANGE,
+    )
     plot: bool = setting(True, help="Draw the reward curve to a PNG at the end.", resume=MAY_CHANGE)
     progress_bar: str = setting(
         "auto",

@@ -695,6 +695,7 @@ _RUN_RECORDS = frozenset(
         run_files.HYDRA_RECORD,
         run_files.RANKS,
         run_files.TENSORBOARD,
+        run_files.TRACKERS,
         run_files.LOCK,
         run_files.RUN_CONFIG,
         run_files.RESUMES,
@@ -741,4 +742,71 @@ def checkpoints_stay_in_the_run_folder(cfg: DictConfig) -> Iterator[Problem]:
             value,
             f"{why} It must be a folder inside the run folder (hydra.run.dir).",
             fix({"checkpoint.dir": default("checkpoint.dir")}),
+        )
+
+
+@validator
+def report_to_names_known_trackers(cfg: DictConfig) -> Iterator[Problem]:
+    """``logging.report_to`` names trackers art_hydra has (the nearest name offered for a
+    misspelt one), ``none`` alone, each once; ``logging.tensorboard`` set against it
+    keeps its old meaning, with a word about the contradiction."""
+    from art_hydra.config.tracker_names import LIBRARIES, NONE, TENSORBOARD
+
+    names = [str(n) for n in cfg.logging.report_to or []]
+    known = [*LIBRARIES, NONE]
+    kept = [n for n in names if n in known]
+
+    def nearest(name: str) -> str | None:
+        if name in known:
+            return name
+        near = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.5)
+        return near[0] if near else None
+
+    repaired = [n for n in (nearest(n) for n in names) if n is not None]
+    for name in names:
+        if name in known:
+            continue
+        near = [nearest(name)] if nearest(name) else []
+        better = repaired
+        yield Problem(
+            "logging.report_to",
+            name,
+            f"is not a tracker art_hydra reports to; it knows {', '.join(known)}"
+            + (f" (did you mean {near[0]}?)" if near else "")
+            + ".",
+            fix({"logging.report_to": list(dict.fromkeys(better)) or [NONE]}),
+        )
+    if NONE in kept and len(set(kept)) > 1:
+        others = list(dict.fromkeys(n for n in kept if n != NONE))
+        yield Problem(
+            "logging.report_to",
+            names,
+            f"names none together with {', '.join(others)}: none means no tracker at all.",
+            fix({"logging.report_to": others}, alt=fix({"logging.report_to": [NONE]})),
+        )
+    duplicates = sorted({n for n in kept if kept.count(n) > 1})
+    if duplicates:
+        yield _warning(
+            "logging.report_to",
+            names,
+            f"names {', '.join(duplicates)} more than once; each tracker is opened once.",
+            fix({"logging.report_to": list(dict.fromkeys(kept))}),
+        )
+    switch = cfg.logging.tensorboard
+    explicit = names != [TENSORBOARD]  # report_to as the user set it (not its default)
+    if switch is True and TENSORBOARD not in kept:
+        yield _warning(
+            "logging.tensorboard",
+            switch,
+            f"adds TensorBoard to logging.report_to={names}, which leaves it out; "
+            "logging.tensorboard=null follows report_to.",
+            fix({"logging.tensorboard": None}),
+        )
+    elif switch is False and TENSORBOARD in kept and explicit:
+        yield _warning(
+            "logging.tensorboard",
+            switch,
+            f"drops TensorBoard from logging.report_to={names}, which names it; "
+            "logging.tensorboard=null follows report_to.",
+            fix({"logging.tensorboard": None}),
         )

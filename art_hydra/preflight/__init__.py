@@ -34,6 +34,7 @@ from art_hydra.config.trust import by_hand
 from art_hydra.preflight.common import world_problem
 from art_hydra.preflight.model import model_problems
 from art_hydra.preflight.task import task_problems
+from art_hydra.preflight.trackers import tracker_problems
 from art_hydra.safe_paths import path_refusal
 
 #: Configs whose task, model and backend passed in this process (the CLI checks before
@@ -89,6 +90,7 @@ ENVIRONMENT_SECTIONS = (
     "sft",
     "seed",
     "strict",
+    "logging",
 )
 
 #: The sections each environment check reads: it is skipped when one of them holds a key
@@ -99,6 +101,7 @@ _READS: dict[str, tuple[str, ...]] = {
     "task": ("task", "model", "algorithm", "rl", "sft", "seed"),
     "model": ("model", "task", "algorithm", "rl", "sft"),
     "backend": ("backend", "distributed", "model"),
+    "trackers": ("logging",),
 }
 
 
@@ -120,6 +123,7 @@ def environment_problems(
         ("task", task_problems),
         ("model", model_problems),
         ("backend", lambda c: backend_problems(c, devices_here)),
+        ("trackers", tracker_problems),
     )
     found: list[Problem] = []
     for name, check in checks:

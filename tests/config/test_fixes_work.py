@@ -157,6 +157,21 @@ CASES: dict[str, Case] = {
         ("model.source=pretrained", "model.name={tmp}/no_model"), "model.name"
     ),
     "unsloth_absent": Case(("backend=unsloth",), "backend"),
+    "tracker_misspelt": Case(("logging.report_to=[tensorboard,mlfow]",), "logging.report_to"),
+    "tracker_none_with_others": Case(("logging.report_to=[none,trackio]",), "logging.report_to"),
+    "tracker_twice": Case(
+        ("logging.report_to=[trackio,trackio]",), "logging.report_to", warning=True
+    ),
+    "tensorboard_against_report_to": Case(
+        ("logging.report_to=[trackio]", "logging.tensorboard=true"),
+        "logging.tensorboard",
+        warning=True,
+    ),
+    "wandb_online_without_a_key": Case(
+        ("logging.report_to=[tensorboard,wandb]",),
+        "logging.report_to",
+        env={"WANDB_MODE": "online", "WANDB_API_KEY": "", "NETRC": "/nonexistent/netrc"},
+    ),
     "generator_argument_unknown": Case(("+task.params.foo=4",), "task.generator"),
     "generator_argument_taken": Case(("+task.params.rng=4",), "task.params.rng"),
     "run_dir_is_a_file": Case(("hydra.run.dir={tmp}/afile",), "hydra.run.dir", _a_file_as_run_dir),

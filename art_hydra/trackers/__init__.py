@@ -1,0 +1,122 @@
+"""The trackers a run reports to (``logging.report_to``), started and fanned out to
+together; each tracker's own module holds its library's calls (see
+:mod:`art_hydra.trackers.base` for the protocol and the registry)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from art_hydra.config import run_files
+from art_hydra.config.tracker_names import TENSORBOARD, chosen_trackers, project_name
+from art_hydra.run_folder import read_record, write_atomic
+from art_hydra.trackers import (  # noqa: F401  (each registers its tracker)
+    mlflow_tracker,
+    tensorboard_tracker,
+    trackio_tracker,
+    wandb_tracker,
+)
+from art_hydra.trackers.base import TRACKERS, Tracker, numeric
+
+log = logging.getLogger(__name__)
+
+
+class TrackerStartError(RuntimeError):
+    """A tracker the run chose could not start (before the first step)."""
+
+
+class Trackers:
+    """The trackers a run chose, started together; each call reaches every tracker, and
+    one that raises is dropped with a warning naming it."""
+
+    def __init__(self, trackers: list[Tracker]) -> None:
+        self.trackers = trackers
+
+    def __bool__(self) -> bool:
+        return bool(self.trackers)
+
+    def get(self, name: str) -> Tracker | None:
+        return next((t for t in self.trackers if t.name == name), None)
+
+    def _each(self, what: str, call: Callable[[Tracker], None]) -> None:
+        for tracker in list(self.trackers):
+            try:
+                call(tracker)
+            except Exception as exc:
+                log.warning(
+                    "%s: %s failed (%s); the run goes on without it", tracker.name, what, exc
+                )
+                self.trackers.remove(tracker)
+
+    def log_metrics(self, record: dict[str, Any]) -> None:
+        values = numeric(record)
+        self._each("logging metrics", lambda t: t.log_metrics(record["step"], values))
+
+    def track_samples(self, step: int, kind: str, samples: list[dict[str, Any]]) -> None:
+        if samples:
+            self._each("logging samples", lambda t: t.track_samples(step, kind, samples))
+
+    def summary(self, hparams: dict[str, Any], values: dict[str, float]) -> None:
+        self._each("writing the summary", lambda t: t.summary(hparams, values))
+
+    def close(self, status: str) -> None:
+        for tracker in self.trackers:
+            try:
+                tracker.close(status)
+            except Exception as exc:
+                log.warning("%s: closing failed (%s)", tracker.name, exc)
+        self.trackers = []
+
+
+def open_trackers(
+    run_dir: Path,
+    logging_cfg: Any,
+    config: dict[str, Any] | None,
+    resume_step: int | None,
+) -> Trackers:
+    """Start the trackers ``logging_cfg`` chose for the run in ``run_dir``; ``config``
+    is the resolved config as plain data; ``resume_step`` the checkpoint's step on a
+    resume (None: a fresh run). The id each returns is kept in ``trackers/<name>.id``,
+    and a resume hands it back so the tracker continues the same run. TensorBoard keeps
+    its event folder where it always was (``tensorboard/``)."""
+    names = chosen_trackers(logging_cfg)
+    config = config or {}
+    task = config.get("task", {}).get("name") if isinstance(config.get("task"), dict) else None
+    project = project_name(logging_cfg, str(task or "run"))
+    run_dir = Path(run_dir)
+    run_name = run_dir.name
+    started: list[Tracker] = []
+    for name in names:
+        if name == TENSORBOARD:
+            folder = run_dir / run_files.TENSORBOARD
+        else:
+            folder = run_dir / run_files.TRACKERS / name
+            folder.mkdir(parents=True, exist_ok=True)
+        id_file = run_dir / run_files.TRACKERS / f"{name}.id"
+        saved = read_record(id_file) if resume_step is not None else None
+        tracker = TRACKERS[name]()
+        tracker.resume_step = resume_step
+        began = time.perf_counter()
+        try:
+            kept = tracker.start(folder, config, run_name, project, (saved or "").strip() or None)
+        except Exception as exc:
+            Trackers(started).close("failed")
+            raise TrackerStartError(
+                f"logging.report_to: {name} did not start: {type(exc).__name__}: {exc}. "
+                f"Drop it from logging.report_to to run without it."
+            ) from exc
+        if kept:
+            write_atomic(id_file, kept)
+        # TensorBoard, the default, says nothing (a default run's output stays as it was).
+        log.log(
+            logging.DEBUG if name == TENSORBOARD else logging.INFO,
+            "%s: reporting to %s (started in %.1f s)",
+            name,
+            folder.relative_to(run_dir),
+            time.perf_counter() - began,
+        )
+        started.append(tracker)
+    return Trackers(started)

@@ -1,0 +1,104 @@
+"""Trackio, locally: ``trackio.init`` with ``TRACKIO_DIR`` inside the run folder (a
+SQLite file per project), the resolved config, ``trackio.log`` for metrics and a
+``trackio.Table`` per logged step's completions, ``trackio.finish``. The run's name is
+kept in the run folder: a resume continues the same Trackio run (``resume="allow"``)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from art_hydra.trackers.base import Tracker, flat_config, register_tracker, sample_rows, table
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Trackio prints its banner and dashboard hints on stdout: into the run's log instead
+    (a piped run's stdout stays the run's own)."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            yield
+    finally:
+        for line in printed.getvalue().splitlines():
+            if line.strip():
+                log.info("trackio: %s", line.strip())
+
+
+#: Trackio's module-level paths, read from TRACKIO_DIR when trackio is first imported.
+_PATHS = {"TRACKIO_DIR": "", "MEDIA_DIR": "media", "ARTIFACTS_DIR": "artifacts"}
+
+
+def _repoint(folder: Path) -> None:
+    """Trackio reads TRACKIO_DIR once, at its import, into module constants; a second run
+    in the same process (a sweep's jobs under Hydra's basic launcher, ``train(cfg)``
+    called twice) would write into the first run's folder. Point every loaded trackio
+    module's copy at this run's folder."""
+    import sys
+
+    utils = sys.modules.get("trackio.utils")
+    old = getattr(utils, "TRACKIO_DIR", None)
+    if old is None or Path(old) == folder:
+        return
+    for name, module in list(sys.modules.items()):
+        if name == "trackio" or name.startswith("trackio."):
+            for attr, sub in _PATHS.items():
+                if getattr(module, attr, None) == (Path(old) / sub if sub else Path(old)):
+                    setattr(module, attr, folder / sub if sub else folder)
+
+
+@register_tracker("trackio")
+class TrackioTracker(Tracker):
+    def start(
+        self,
+        folder: Path,
+        config: dict[str, Any],
+        run_name: str,
+        project: str,
+        resume_id: str | None,
+    ) -> str | None:
+        # Trackio's store (its default is under the Hugging Face cache in the home folder).
+        os.environ["TRACKIO_DIR"] = str(folder)
+        import trackio
+
+        _repoint(folder)
+
+        self.trackio = trackio
+        name = resume_id or run_name
+        with _quiet():
+            self.run = trackio.init(
+                project=project,
+                name=name,
+                config=flat_config(config),
+                resume="allow" if resume_id else "never",
+                auto_log_cpu=False,
+                auto_log_gpu=False,
+            )
+        return name
+
+    def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        self.run.log(metrics, step=step)
+
+    def track_samples(self, step: int, kind: str, samples: list[dict[str, Any]]) -> None:
+        rows = sample_rows(step, kind, samples)
+        if rows:
+            columns, data = table(rows)
+            tables = getattr(self.trackio, "Table", None)  # an older Trackio may have none
+            if tables is not None:
+                self.run.log({f"samples/{kind}": tables(columns=columns, data=data)}, step=step)
+
+    def close(self, status: str) -> None:
+        with _quiet():
+            try:
+                # trackio.finish also forgets the current run (else its exit hook
+                # finishes it a second time, printing after the run's last line).
+                self.trackio.finish()
+            except RuntimeError:  # no current run in this thread
+                self.run.finish()
