@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from art_hydra import safe_json
-from art_hydra.config.run_files import COMPLETIONS, METRICS, TENSORBOARD
+from art_hydra.config.run_files import COMPLETIONS, EVAL_COMPLETIONS, METRICS, TENSORBOARD
 from art_hydra.run_folder import (
     UnsafePath,
     entry_kind,
@@ -72,6 +72,13 @@ def _truncate_after(path: Path, step: int) -> None:
     write_atomic(path, "".join(json.dumps(r) + "\n" for r in rows if r["step"] <= step))
 
 
+def _now() -> str:
+    """The wall-clock time as ISO-8601 UTC (the time field of a record line)."""
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return _read_jsonl(Path(run_dir) / METRICS)
 
@@ -90,10 +97,11 @@ class MetricsLog:
         start = resume_step or 0
         if resume_step is not None:
             # Drop lines written after the checkpoint: the resumed run writes them again.
-            for name in (METRICS, COMPLETIONS):
+            for name in (METRICS, COMPLETIONS, EVAL_COMPLETIONS):
                 _truncate_after(self.run_dir / name, resume_step)
         self._file = open_append(self.path)  # closed in close()
         self._samples: Any = None
+        self._eval_samples: Any = None
         self._writer = None
         if logging_cfg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -134,14 +142,16 @@ class MetricsLog:
                 self._bar.set_postfix(postfix)
             except OSError:  # the terminal closed (SIGHUP): the record matters, not the bar
                 self._bar = None
-        if not self.due(step):
+        # A step that evaluated is always written: its eval/* keys are in no other line.
+        if not self.due(step) and not any(k.startswith("eval/") for k in record):
             return
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         if self._writer is not None:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
-                    self._writer.add_scalar(f"train/{key}", value, step)
+                    tag = key if key.startswith("eval/") else f"train/{key}"
+                    self._writer.add_scalar(tag, value, step)
 
     def due(self, step: int) -> bool:
         """Every ``logging.every_steps``-th step, and always the run's last one: a run
@@ -157,6 +167,17 @@ class MetricsLog:
             self._samples = open_append(self.run_dir / COMPLETIONS)
         self._samples.write(json.dumps({"step": step, "samples": samples}) + "\n")
         self._samples.flush()
+
+    def log_eval_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
+        """Append an evaluation's completions to eval_completions.jsonl (every
+        evaluation's, whatever logging.every_steps)."""
+        if not samples:
+            return
+        if self._eval_samples is None:
+            self._eval_samples = open_append(self.run_dir / EVAL_COMPLETIONS)
+        line = {"step": step, "time": _now(), "samples": samples}
+        self._eval_samples.write(json.dumps(line) + "\n")
+        self._eval_samples.flush()
 
     def log_hparams(self, hparams: dict[str, Any], metric: str, value: float, step: int) -> None:
         """Write the job's hyperparameters (its overrides) and its objective into this
@@ -178,6 +199,8 @@ class MetricsLog:
     def close(self) -> None:
         if self._samples is not None:
             self._samples.close()
+        if self._eval_samples is not None:
+            self._eval_samples.close()
         if self._bar is not None:
             with contextlib.suppress(OSError):  # a closed terminal
                 self._bar.close()

@@ -21,6 +21,7 @@ from contextvars import ContextVar
 from omegaconf import DictConfig
 
 from art_hydra.config import run_files
+from art_hydra.config import eval_rules  # also registers the eval section's rules
 from art_hydra.config.fields import default
 from art_hydra.config.objective import (
     AUTO_METRIC,
@@ -635,6 +636,11 @@ def objective_names_a_logged_metric(cfg: DictConfig) -> Iterator[Problem]:
     name would give every job the same NaN, and the sweeper would learn nothing."""
     metric = cfg.objective.metric
     if metric == "auto":
+        return
+    if metric.startswith(eval_rules.PREFIX):
+        found = eval_rules.objective_problem(cfg, metric)
+        if found is not None:
+            yield found
         return
     algorithm = cfg.algorithm.name
     valid = logged_metrics(algorithm, cfg)
