@@ -21,9 +21,6 @@ from art_hydra.config.schema import AlgorithmName, TaskSource
 #: The prefix of every evaluation metric in a step's record (and its TensorBoard tag).
 PREFIX = "eval/"
 
-#: The evaluation metrics where lower is better (``objective.direction=auto``).
-LOWER_IS_BETTER = frozenset({"eval/loss"})
-
 #: The fix that turns evaluation on: the shortest way there.
 TURN_ON = {"eval.fraction": 0.1}
 
@@ -125,7 +122,7 @@ def eval_data_is_one_choice(cfg: DictConfig) -> Iterator[Problem]:
         and cfg.task.source == TaskSource.dataset
         and ev.split == cfg.task.split
     ):
-        yield Problem(
+        yield _warning(
             "eval.split",
             ev.split,
             f"is the split the run trains on (task.split={cfg.task.split}): evaluation on "

@@ -706,6 +706,7 @@ _RUN_RECORDS = frozenset(
         run_files.RESUMES,
         run_files.METRICS,
         run_files.COMPLETIONS,
+        run_files.EVAL_COMPLETIONS,
         *run_files.PLOTS,
         *run_files.SWEEP_FILES,
     }

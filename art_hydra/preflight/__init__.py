@@ -32,6 +32,7 @@ from art_hydra.config.problems import Placeholder, Problem, fix, placeholder
 from art_hydra.config.schema import BackendName, Device, DistBackend
 from art_hydra.config.trust import by_hand
 from art_hydra.preflight.common import world_problem
+from art_hydra.preflight.evaluation import evaluation_problems
 from art_hydra.preflight.model import model_problems
 from art_hydra.preflight.task import task_problems
 from art_hydra.safe_paths import path_refusal
@@ -89,6 +90,7 @@ ENVIRONMENT_SECTIONS = (
     "sft",
     "seed",
     "strict",
+    "eval",
 )
 
 #: The sections each environment check reads: it is skipped when one of them holds a key
@@ -99,6 +101,7 @@ _READS: dict[str, tuple[str, ...]] = {
     "task": ("task", "model", "algorithm", "rl", "sft", "seed"),
     "model": ("model", "task", "algorithm", "rl", "sft"),
     "backend": ("backend", "distributed", "model"),
+    "eval": ("eval", "task", "algorithm", "rl", "sft", "seed"),
 }
 
 
@@ -120,6 +123,7 @@ def environment_problems(
         ("task", task_problems),
         ("model", model_problems),
         ("backend", lambda c: backend_problems(c, devices_here)),
+        ("eval", evaluation_problems),
     )
     found: list[Problem] = []
     for name, check in checks:
