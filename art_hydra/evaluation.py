@@ -124,7 +124,8 @@ class Evaluator:
         source = (
             f"eval.fraction={ev.fraction} of the task's distinct prompts (never trained on)"
             if ev.fraction > 0
-            else f"eval.path={ev.path}" + (f" split {ev.split}" if ev.split else "")
+            else (f"eval.path={ev.path}" if ev.path is not None else "task.path")
+            + (f", split {ev.split}" if ev.split is not None else "")
         )
         when = f"every {ev.every_steps} steps and at the end" if ev.every_steps else "at the end"
         sampled = f" + {ev.num_samples} sampled" if ev.num_samples else ""
@@ -144,7 +145,8 @@ class Evaluator:
             parts.append(f"exact {m['eval/exact']:.3f}")
         if "eval/loss" in m:
             parts.append(f"loss {m['eval/loss']:.4f}")
-        return f"eval {' '.join(parts)} on {int(m.get('eval/examples', 0))} held-out prompts"
+        what = "held-out" if self.ev.fraction > 0 else "evaluation"
+        return f"eval {' '.join(parts)} on {int(m.get('eval/examples', 0))} {what} prompts"
 
     def due(self, step: int) -> bool:
         """Every ``eval.every_steps``-th step, and always the run's last one."""

@@ -173,9 +173,8 @@ def build_trainer_and_producer(
     from art_hydra.producer import RLProducer, SFTProducer
     from art_hydra.rl.sampling import SamplingSettings, suppressed_ids
     from art_hydra.tasks import build_task
-    from art_hydra.trainer import Objective, Trainer
-
     from art_hydra.tasks.held_out import eval_examples
+    from art_hydra.trainer import Objective, Trainer
 
     task = build_task(cfg)
     # Evaluation's prompts are split off (eval.fraction) or read (eval.path) first: the

@@ -206,9 +206,7 @@ def linked_entries(run_dir: Path, checkpoint_dir: str) -> list[str]:
     a file belongs, a FIFO): the run would write through them."""
     found = []
     folders = {HYDRA_RECORD, TENSORBOARD, RANKS}
-    for name in (LOCK, RUN_CONFIG, RESUMES, METRICS, COMPLETIONS, RESULT, *PLOTS) + (
-        EVAL_COMPLETIONS,
-    ):
+    for name in (LOCK, RUN_CONFIG, RESUMES, METRICS, COMPLETIONS, EVAL_COMPLETIONS, RESULT, *PLOTS):
         if entry_kind(run_dir / name) not in (None, "file"):
             found.append(name)
     for name in folders:
@@ -613,8 +611,14 @@ def auto_verdict(run_dir: Path, checkpoint_dir: str, max_steps: int) -> tuple[st
 #: A run's own records that a restart under resume=auto replaces (a run that ended
 #: before its first checkpoint: nothing in them can be resumed). Its result record is
 #: not among them: the new run rewrites it (and has, by the time this runs).
-UNSAVED_RECORDS = (RUN_CONFIG, IDENTITY, METRICS, COMPLETIONS, TENSORBOARD, RESUMES) + (
+UNSAVED_RECORDS = (
+    RUN_CONFIG,
+    IDENTITY,
+    METRICS,
+    COMPLETIONS,
     EVAL_COMPLETIONS,
+    TENSORBOARD,
+    RESUMES,
 )
 
 

@@ -888,9 +888,7 @@ class RunConfig:
     objective: ObjectiveConfig = section(
         ObjectiveConfig, help="The number a job returns to a sweeper and its summary ranks by."
     )
-    eval: EvalConfig = section(
-        EvalConfig, help="Evaluation on held-out prompts (off by default)."
-    )
+    eval: EvalConfig = section(EvalConfig, help="Evaluation on held-out prompts (off by default).")
     seed: int = setting(
         42,
         ge=-(2**63),

@@ -21,7 +21,8 @@ from contextvars import ContextVar
 from omegaconf import DictConfig
 
 from art_hydra.config import run_files
-from art_hydra.config import eval_rules  # also registers the eval section's rules
+from art_hydra.config.eval_rules import PREFIX as EVAL_PREFIX  # registers the eval rules
+from art_hydra.config.eval_rules import objective_problem as eval_objective_problem
 from art_hydra.config.fields import default
 from art_hydra.config.objective import (
     AUTO_METRIC,
@@ -637,8 +638,8 @@ def objective_names_a_logged_metric(cfg: DictConfig) -> Iterator[Problem]:
     metric = cfg.objective.metric
     if metric == "auto":
         return
-    if metric.startswith(eval_rules.PREFIX):
-        found = eval_rules.objective_problem(cfg, metric)
+    if metric.startswith(EVAL_PREFIX):
+        found = eval_objective_problem(cfg, metric)
         if found is not None:
             yield found
         return

@@ -52,9 +52,7 @@ def test_a_task_too_small_to_hold_out_a_prompt_is_refused(cli, tmp_path: Path) -
     assert value == "0.1" and fix.startswith("eval.fraction=0.3333")
 
 
-def test_both_a_fraction_and_a_file_or_an_unreadable_file_are_refused(
-    cli, tmp_path: Path
-) -> None:
+def test_both_a_fraction_and_a_file_or_an_unreadable_file_are_refused(cli, tmp_path: Path) -> None:
     data = tmp_path / "eval.jsonl"
     data.write_text('{"prompt": "ab=", "answer": "ba"}\n')
     proc = cli(f"eval.path={data}", "eval.fraction=0.1")
@@ -111,7 +109,9 @@ def test_the_held_out_split_is_by_distinct_prompt_seeded_and_disjoint() -> None:
 def test_eval_path_reads_its_own_data_and_leaves_the_training_data(tmp_path: Path) -> None:
     data = tmp_path / "eval.jsonl"
     data.write_text(
-        "".join(json.dumps({"prompt": p, "answer": p[:2][::-1]}) + "\n" for p in ("ab=", "ab=", "cd="))
+        "".join(
+            json.dumps({"prompt": p, "answer": p[:2][::-1]}) + "\n" for p in ("ab=", "ab=", "cd=")
+        )
     )
     cfg = compose([f"eval.path={data}", "eval.max_examples=5"])
     examples = _examples()
