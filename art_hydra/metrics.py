@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from art_hydra import safe_json
-from art_hydra.config.run_files import COMPLETIONS, METRICS
+from art_hydra.config.run_files import COMPLETIONS, EVAL_COMPLETIONS, METRICS
 from art_hydra.config.tracker_names import TENSORBOARD, chosen_trackers
 from art_hydra.run_folder import (
     exclusive_temp,
@@ -123,10 +123,11 @@ class MetricsLog:
         start = resume_step or 0
         if resume_step is not None:
             # Drop lines written after the checkpoint: the resumed run writes them again.
-            for name in (METRICS, COMPLETIONS):
+            for name in (METRICS, COMPLETIONS, EVAL_COMPLETIONS):
                 _truncate_after(self.run_dir / name, resume_step)
         self._file = open_append(self.path)  # closed in close()
         self._samples: Any = None
+        self._eval_samples: Any = None
         self.trackers: Any = None
         if chosen_trackers(logging_cfg):
             from omegaconf import DictConfig, OmegaConf
@@ -174,7 +175,8 @@ class MetricsLog:
             except OSError:  # the terminal closed (SIGHUP): the record matters, not the bar
                 self._bar = None
         self._progress.update(record)
-        if not self.due(step):
+        # A step that evaluated is always written: its eval/* keys are in no other line.
+        if not self.due(step) and not any(k.startswith("eval/") for k in record):
             return
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
@@ -203,6 +205,18 @@ class MetricsLog:
         if self.trackers:
             self.trackers.track_samples(step, kind, samples)
 
+    def log_eval_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
+        """Append an evaluation's completions to eval_completions.jsonl (every
+        evaluation's, whatever logging.every_steps)."""
+        if not samples:
+            return
+        if self._eval_samples is None:
+            self._eval_samples = open_append(self.run_dir / EVAL_COMPLETIONS)
+        line = {"step": step, "time": utc_now(), "samples": samples}
+        self._eval_samples.write(json.dumps(line) + "\n")
+        self._eval_samples.flush()
+        self.track_samples(step, "eval", samples)
+
     def log_hparams(self, hparams: dict[str, Any], metric: str, value: float, step: int) -> None:
         """Hand the job's hyperparameters (its overrides and status) and its objective to
         the trackers: TensorBoard writes them into this run's own event folder, so its
@@ -220,6 +234,8 @@ class MetricsLog:
         """Close the record; ``status`` (done, failed, interrupted) ends each tracker's run."""
         if self._samples is not None:
             self._samples.close()
+        if self._eval_samples is not None:
+            self._eval_samples.close()
         if self._bar is not None:
             with contextlib.suppress(OSError):  # a closed terminal
                 self._bar.close()

@@ -13,6 +13,7 @@ import logging
 import shlex
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -184,11 +185,17 @@ def build_trainer_and_producer(
     from art_hydra.producer import RLProducer, SFTProducer
     from art_hydra.rl.sampling import SamplingSettings, suppressed_ids
     from art_hydra.tasks import build_task
+    from art_hydra.tasks.held_out import eval_examples
     from art_hydra.trainer import Objective, Trainer
 
     task = build_task(cfg)
+    # Evaluation's prompts are split off (eval.fraction) or read (eval.path) first: the
+    # tiny model's vocabulary covers them too, and the producer never sees them.
+    train, held = eval_examples(cfg, task.examples)
+    charset = task.charset() if not held else replace(task, examples=task.examples + held).charset()
+    task = replace(task, examples=train)
     if loaded is None:
-        loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=task.charset())
+        loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=charset)
     batch, capacity = cfg.trainer.per_device_train_batch_size, cfg.model.max_seq_length
     if cfg.algorithm.name == AlgorithmName.sft:
         trainer = Trainer(loaded, cfg.trainer, Objective.for_sft(), world)
@@ -196,6 +203,7 @@ def build_trainer_and_producer(
         producer = SFTProducer(
             loaded, task, cfg.sft, cfg.producer, batch, accumulation, capacity, cfg.seed, world
         )
+        producer.eval_examples, producer.eval_rewards = held, task.rewards
         return trainer, producer
     # One settings object for rollouts and training logprobs: they must never differ.
     sampling = SamplingSettings.from_config(cfg.rl, suppressed_ids(loaded.tokenizer))
@@ -212,6 +220,7 @@ def build_trainer_and_producer(
         cfg.seed,
         world,
     )
+    producer.eval_examples, producer.eval_rewards = held, task.rewards
     return trainer, producer
 
 
@@ -397,6 +406,11 @@ def _train_locked(
         log_start_summary(cfg, trainer.loaded, producer.task, parameters, world.size, threads)
     else:
         log.info("%s", parameter_line(cfg, trainer.model))
+    from art_hydra.evaluation import Evaluator
+
+    evaluator = Evaluator.for_run(cfg, producer, trainer.loaded, world)
+    if evaluator is not None:
+        log.info("%s", evaluator.describe())
     ranked = _Ranked(producer, world)
     # One process saves the producer's own state; the ranks save theirs together. Both
     # load through _Ranked, which refuses a checkpoint of another number of ranks.
@@ -543,9 +557,16 @@ def _train_locked(
             last = _record(result, elapsed)
             if world.enabled:
                 last = _combine(world, cfg, result, last, stop)
+            eval_samples: list[dict[str, Any]] = []
+            if evaluator is not None and evaluator.due(step):
+                with channel.producer_phase(f"evaluating at step {step}"):
+                    found, eval_samples = evaluator.evaluate(step)
+                last.update(found)  # eval/* keys join the step's metric line
             try:
                 metrics.log(last)
                 metrics.log_samples(step, inputs[0].samples)
+                if eval_samples:
+                    metrics.log_eval_samples(step, eval_samples)
             except OSError as exc:
                 raise WriteError(
                     f"writing the run's record failed at step {step}: {exc}. "
@@ -611,6 +632,8 @@ def _train_locked(
     }
     if last and world.is_main:
         shown = f"reward {last['reward_mean']:.3f}" if is_rl else f"loss {last['loss']:.4f}"
+        if evaluator is not None and evaluator.last:
+            shown += f", {evaluator.summary()}"
         done = f"art_hydra: {trainer.step} steps, final {shown}; outputs in {run_dir}"
         print(_in_log_files(done, logging.INFO))  # the result closes art_hydra.log too
     return summary
@@ -646,6 +669,9 @@ class NoRecord:
         pass
 
     def track_samples(self, step: int, kind: str, samples: list[dict[str, Any]]) -> None:
+        pass
+
+    def log_eval_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
         pass
 
     def close(self, status: str = DONE) -> None:
@@ -934,6 +960,7 @@ class _Records:
         run_files.IDENTITY,
         run_files.METRICS,
         run_files.COMPLETIONS,
+        run_files.EVAL_COMPLETIONS,
         run_files.TENSORBOARD,
         run_files.TRACKERS,
     )

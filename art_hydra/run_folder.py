@@ -44,6 +44,7 @@ from art_hydra.config import fields
 from art_hydra.config.run_files import (
     CHECKPOINT_PREFIX,
     COMPLETIONS,
+    EVAL_COMPLETIONS,
     HYDRA_RECORD,
     IDENTITY,
     LOCK,
@@ -83,6 +84,8 @@ RUN_ENTRIES = (
     COMPLETIONS,
     f".{METRICS}.*.tmp",
     f".{COMPLETIONS}.*.tmp",
+    EVAL_COMPLETIONS,
+    f".{EVAL_COMPLETIONS}.*.tmp",
     TENSORBOARD,
     TRACKERS,
     *PLOTS,
@@ -205,7 +208,7 @@ def linked_entries(run_dir: Path, checkpoint_dir: str) -> list[str]:
     a file belongs, a FIFO): the run would write through them."""
     found = []
     folders = {HYDRA_RECORD, TENSORBOARD, TRACKERS, RANKS}
-    for name in (LOCK, RUN_CONFIG, RESUMES, METRICS, COMPLETIONS, RESULT, *PLOTS):
+    for name in (LOCK, RUN_CONFIG, RESUMES, METRICS, COMPLETIONS, EVAL_COMPLETIONS, RESULT, *PLOTS):
         if entry_kind(run_dir / name) not in (None, "file"):
             found.append(name)
     for name in folders:
@@ -610,7 +613,16 @@ def auto_verdict(run_dir: Path, checkpoint_dir: str, max_steps: int) -> tuple[st
 #: A run's own records that a restart under resume=auto replaces (a run that ended
 #: before its first checkpoint: nothing in them can be resumed). Its result record is
 #: not among them: the new run rewrites it (and has, by the time this runs).
-UNSAVED_RECORDS = (RUN_CONFIG, IDENTITY, METRICS, COMPLETIONS, TENSORBOARD, TRACKERS, RESUMES)
+UNSAVED_RECORDS = (
+    RUN_CONFIG,
+    IDENTITY,
+    METRICS,
+    COMPLETIONS,
+    EVAL_COMPLETIONS,
+    TENSORBOARD,
+    TRACKERS,
+    RESUMES,
+)
 
 
 def clear_unsaved_run(run_dir: Path) -> list[str]:

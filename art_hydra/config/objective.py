@@ -104,6 +104,7 @@ LOWER_IS_BETTER = frozenset(
         *RL_STAT_METRICS,
         "cispo_capped_fraction",
         "step_skipped",
+        "eval/loss",
     }
 )
 

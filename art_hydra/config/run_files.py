@@ -17,6 +17,8 @@ RESUMES = "resumes.jsonl"
 METRICS = "metrics.jsonl"
 #: Example completions per step (producer.log_completions).
 COMPLETIONS = "completions.jsonl"
+#: The evaluation's completions per evaluation (eval.log_completions).
+EVAL_COMPLETIONS = "eval_completions.jsonl"
 #: The data, reward and model the run began on (:mod:`art_hydra.run_identity`).
 IDENTITY = "run_identity.json"
 #: TensorBoard's event folder.

@@ -824,6 +824,85 @@ class ObjectiveConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Evaluation on held-out prompts while training and at the end: greedy (and
+    optionally sampled) completions scored by the task's rewards; SFT also reports the
+    loss on them. Off by default (``eval.fraction=0`` and no ``eval.path``/``eval.split``)."""
+
+    fraction: float = setting(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        why="some of the task's distinct prompts must stay for training.",
+        help=(
+            "Share of the task's distinct prompts held out for evaluation (never trained "
+            "on; a prompt repeated in the data goes wholly to one side); 0: none."
+        ),
+        legacy=0.0,
+    )
+    path: str | None = setting(
+        None,
+        help=(
+            "Evaluate on this data instead of a fraction, read as the task reads its own "
+            "(task.source=dataset: files, a folder or a cached hub dataset; otherwise a "
+            "JSONL file of prompt/answer lines)."
+        ),
+        legacy=None,
+    )
+    split: str | None = setting(
+        None,
+        help=(
+            "Split to evaluate on (task.source=dataset): of eval.path, or of task.path "
+            "when eval.path is null (e.g. eval.split=test)."
+        ),
+        legacy=None,
+    )
+    every_steps: int = setting(
+        0,
+        ge=0,
+        why="0 evaluates only at the end.",
+        help="Evaluate every N optimizer steps, and always at the end; 0: only at the end.",
+        resume=MAY_CHANGE,
+    )
+    max_examples: int | None = setting(
+        None,
+        ge=1,
+        help="Evaluate on at most this many held-out prompts (the first ones); null: all.",
+        resume=MAY_CHANGE,
+    )
+    batch_size: int = setting(
+        32, ge=1, help="Prompts generated for at once during evaluation.", resume=MAY_CHANGE
+    )
+    max_completion_length: int | None = setting(
+        None,
+        ge=1,
+        help="Longest evaluation completion in tokens; null: rl.max_completion_length.",
+        resume=MAY_CHANGE,
+    )
+    num_samples: int = setting(
+        0,
+        ge=0,
+        help=(
+            "Sampled completions per prompt besides the greedy one (eval/sampled_reward); "
+            "0: greedy only."
+        ),
+        resume=MAY_CHANGE,
+    )
+    temperature: float = setting(
+        1.0,
+        gt=0.0,
+        help="Temperature of the sampled completions (rl.top_k and rl.top_p apply too).",
+        resume=MAY_CHANGE,
+    )
+    log_completions: int = setting(
+        8,
+        ge=0,
+        help="Greedy evaluation completions saved to eval_completions.jsonl per evaluation.",
+        resume=MAY_CHANGE,
+    )
+
+
+@dataclass
 class RunConfig:
     """A whole run: every section plus the run-level switches."""
 
@@ -855,6 +934,7 @@ class RunConfig:
     objective: ObjectiveConfig = section(
         ObjectiveConfig, help="The number a job returns to a sweeper and its summary ranks by."
     )
+    eval: EvalConfig = section(EvalConfig, help="Evaluation on held-out prompts (off by default).")
     seed: int = setting(
         42,
         ge=-(2**63),

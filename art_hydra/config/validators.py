@@ -21,6 +21,8 @@ from contextvars import ContextVar
 from omegaconf import DictConfig
 
 from art_hydra.config import run_files
+from art_hydra.config.eval_rules import PREFIX as EVAL_PREFIX  # registers the eval rules
+from art_hydra.config.eval_rules import objective_problem as eval_objective_problem
 from art_hydra.config.fields import default
 from art_hydra.config.objective import (
     AUTO_METRIC,
@@ -636,6 +638,11 @@ def objective_names_a_logged_metric(cfg: DictConfig) -> Iterator[Problem]:
     metric = cfg.objective.metric
     if metric == "auto":
         return
+    if metric.startswith(EVAL_PREFIX):
+        found = eval_objective_problem(cfg, metric)
+        if found is not None:
+            yield found
+        return
     algorithm = cfg.algorithm.name
     valid = logged_metrics(algorithm, cfg)
     if metric in valid or (_is_rl(cfg) and metric in reward_metrics(cfg.task)):
@@ -701,6 +708,7 @@ _RUN_RECORDS = frozenset(
         run_files.RESUMES,
         run_files.METRICS,
         run_files.COMPLETIONS,
+        run_files.EVAL_COMPLETIONS,
         *run_files.PLOTS,
         *run_files.SWEEP_FILES,
     }

@@ -32,6 +32,7 @@ from art_hydra.config.problems import Placeholder, Problem, fix, placeholder
 from art_hydra.config.schema import BackendName, Device, DistBackend
 from art_hydra.config.trust import by_hand
 from art_hydra.preflight.common import world_problem
+from art_hydra.preflight.evaluation import evaluation_problems
 from art_hydra.preflight.model import model_problems
 from art_hydra.preflight.task import task_problems
 from art_hydra.preflight.trackers import tracker_problems
@@ -91,6 +92,7 @@ ENVIRONMENT_SECTIONS = (
     "seed",
     "strict",
     "logging",
+    "eval",
 )
 
 #: The sections each environment check reads: it is skipped when one of them holds a key
@@ -102,6 +104,7 @@ _READS: dict[str, tuple[str, ...]] = {
     "model": ("model", "task", "algorithm", "rl", "sft"),
     "backend": ("backend", "distributed", "model"),
     "trackers": ("logging",),
+    "eval": ("eval", "task", "algorithm", "rl", "sft", "seed"),
 }
 
 
@@ -124,6 +127,7 @@ def environment_problems(
         ("model", model_problems),
         ("backend", lambda c: backend_problems(c, devices_here)),
         ("trackers", tracker_problems),
+        ("eval", evaluation_problems),
     )
     found: list[Problem] = []
     for name, check in checks:

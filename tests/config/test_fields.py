@@ -157,6 +157,13 @@ def test_resume_rules_and_legacy_values_are_those_the_run_folder_always_used() -
         "checkpoint.keep_last",
         "logging.*",
         "objective.*",
+        "eval.every_steps",
+        "eval.max_examples",
+        "eval.batch_size",
+        "eval.max_completion_length",
+        "eval.num_samples",
+        "eval.temperature",
+        "eval.log_completions",
         "dry_run",
         "resume",
         "strict",
@@ -178,6 +185,9 @@ def test_resume_rules_and_legacy_values_are_those_the_run_folder_always_used() -
         "task.columns.messages": "messages",
         "task.system_prompt": None,
         "task.rewards": [],
+        "eval.fraction": 0.0,
+        "eval.path": None,
+        "eval.split": None,
     }
 
 
