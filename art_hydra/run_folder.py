@@ -44,6 +44,8 @@ from art_hydra.config import fields
 from art_hydra.config.run_files import (
     CHECKPOINT_PREFIX,
     COMPLETIONS,
+    EXPORT,
+    EXPORT_LEFTOVERS,
     HYDRA_RECORD,
     IDENTITY,
     LOCK,
@@ -90,6 +92,8 @@ RUN_ENTRIES = (
     RESULT,
     f".{RESULT}.*.tmp",
     *SWEEP_FILES,
+    EXPORT,
+    *EXPORT_LEFTOVERS,
 )
 
 
