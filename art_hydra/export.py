@@ -253,11 +253,16 @@ def _write_adapter(loaded: Trained, folder: Path, out: Path, dtype: Any) -> str:
         _settle_generation(base, loaded.tokenizer)
         base.to(dtype).save_pretrained(base_folder, safe_serialization=True)
         loaded.tokenizer.save_pretrained(base_folder)
+        # Where the base is while the adapter is saved (peft reads its config), then
+        # where it will be once the folder is renamed into place.
+        lora_config.base_model_name_or_path = str(base_folder)
+        save_adapters(loaded.tuner, folder)
         lora_config.base_model_name_or_path = str((out / ADAPTER_BASE).resolve())
+        lora_config.save_pretrained(str(folder))
     else:
         lora_config.base_model_name_or_path = str(cfg.model.name)
         lora_config.revision = cfg.model.revision
-    save_adapters(loaded.tuner, folder)
+        save_adapters(loaded.tuner, folder)
     loaded.tokenizer.save_pretrained(folder)
     return "lora-adapter"
 
