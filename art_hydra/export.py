@@ -328,3 +328,20 @@ def _next_steps(out: Path, source: Source, adapter: bool, seconds: float) -> str
         )
         lines.append(f'Try it: art-hydra generate {out} -p "<prompt>"')
     return "\n".join(lines)
+
+
+def try_commands(run_dir: Path, examples: Any) -> str:
+    """The end-of-run lines naming both commands for this run: export it, and try it on
+    one of its own prompts (the first of ``examples``, the task's examples)."""
+    import shlex
+
+    from art_hydra.config.run_files import EXPORT
+
+    first = next(iter(examples or ()), None)
+    prompt = shlex.quote(first.prompt if first is not None else "<prompt>")
+    run = shlex.quote(str(run_dir))
+    out = shlex.quote(str(Path(run_dir) / EXPORT))
+    return (
+        f"Export the trained model: art-hydra export {run} {out}\n"
+        f"Try it on prompts:       art-hydra generate {run} -p {prompt}"
+    )

@@ -107,8 +107,7 @@ def _examples(args: Any, source: Source) -> list[Any]:
     if args.task:
         if args.prompt or args.file:
             raise UsageError("--task uses the run's own prompts; leave out -p and --file")
-        if source.cfg is None:
-            raise UsageError(f"--task needs a run folder; {source.folder} is an export")
+        _task_config(source)
         # Each distinct prompt once (a generator repeats its few prompts); the system
         # prompt is applied already.
         unique = {(ex.prompt, ex.messages): ex for ex in _task(source).examples}
@@ -121,11 +120,28 @@ def _examples(args: Any, source: Source) -> list[Any]:
     return [with_system_prompt(ex, source.system_prompt) for ex in found]
 
 
+def _task_config(source: Source) -> Any:
+    """The run config whose task ``--task`` uses: the run's, or for an export the run
+    its record names (while that run folder is still there)."""
+    from art_hydra.config.run_files import RUN_CONFIG
+    from art_hydra.trained import read_run_config
+
+    if source.cfg is not None:
+        return source.cfg
+    run_dir = source.record.get("run_dir")
+    if not isinstance(run_dir, str) or not (Path(run_dir) / RUN_CONFIG).is_file():
+        raise UsageError(
+            f"--task: {source.folder} is an export whose run folder is not here "
+            f"({run_dir}); give prompts with -p or --file"
+        )
+    return read_run_config(Path(run_dir))
+
+
 def _task(source: Source) -> Any:
     from art_hydra.tasks import build_task
 
     try:
-        return build_task(source.cfg)
+        return build_task(_task_config(source))
     except Exception as exc:  # data moved since the run, a reward that no longer imports
         raise UsageError(f"the run's task cannot be built here: {exc}") from None
 
@@ -250,7 +266,8 @@ def _score(source: Source, rows: list[dict[str, Any]]) -> None:
 
     task = _task(source)
     pairs = [(row["_example"], row["completion"]) for row in rows]
-    scores = score_rewards(task.rewards, pairs, float(source.cfg.timeouts.reward_s))
+    timeout = float(_task_config(source).timeouts.reward_s)
+    scores = score_rewards(task.rewards, pairs, timeout)
     for row, total in zip(rows, scores.totals, strict=True):
         row["reward"] = float(total)
         row["right"] = total >= 1.0 - 1e-9

@@ -584,6 +584,9 @@ def _train_locked(
     if last and world.is_main:
         shown = f"reward {last['reward_mean']:.3f}" if is_rl else f"loss {last['loss']:.4f}"
         print(f"art_hydra: {trainer.step} steps, final {shown}; outputs in {run_dir}")
+        from art_hydra.export import try_commands
+
+        print(try_commands(run_dir, producer.stream.examples))
     return summary
 
 
