@@ -312,8 +312,9 @@ def _replace(tmp: Path, out: Path) -> None:
 
 def _next_steps(out: Path, source: Source, adapter: bool, seconds: float) -> str:
     what = "adapter" if adapter else "model"
-    lines = [f"art_hydra: exported {describe(source)} as a standalone {what} to {out} "
-             f"({seconds:.1f}s)"]
+    lines = [
+        f"art_hydra: exported {describe(source)} as a standalone {what} to {out} ({seconds:.1f}s)"
+    ]
     if adapter:
         base = (
             f'AutoModelForCausalLM.from_pretrained("{out / ADAPTER_BASE}")'

@@ -29,9 +29,7 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("source", metavar="RUN_DIR|EXPORT_DIR", help="a run folder or an export")
-    p.add_argument(
-        "-p", "--prompt", action="append", default=[], help="a prompt (repeat for more)"
-    )
+    p.add_argument("-p", "--prompt", action="append", default=[], help="a prompt (repeat for more)")
     p.add_argument(
         "--file", metavar="PROMPTS", help=".txt (one prompt a line) or .jsonl (prompt/messages)"
     )
@@ -60,9 +58,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--json", action="store_true", help="one JSON line per completion")
-    p.add_argument(
-        "--trust-remote-code", action="store_true", help="allow a model's own code"
-    )
+    p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own code")
     return p
 
 

@@ -53,8 +53,10 @@ def test_a_missing_run_folder_is_one_line_and_status_2(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 2
-    assert done.stderr.strip() == f"art-hydra export: {tmp_path / 'nope'}: no such folder " \
+    assert (
+        done.stderr.strip() == f"art-hydra export: {tmp_path / 'nope'}: no such folder "
         "(give a run folder or an export folder)"
+    )
     assert not (tmp_path / "out").exists()
 
 

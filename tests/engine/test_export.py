@@ -156,8 +156,10 @@ def test_export_loads_with_stock_transformers_and_gives_the_trained_logits(
     print(f"{finetune}: max |logits merged - trained| = {diff:.3g}")
     assert diff < TOLERANCE
     # The run folder with its export still resumes (the export is one of its entries).
-    train(compose([*SHORT, f"model.finetune={finetune}", "trainer.max_steps=4", "resume=true"]),
-          run_dir=run_dir)
+    train(
+        compose([*SHORT, f"model.finetune={finetune}", "trainer.max_steps=4", "resume=true"]),
+        run_dir=run_dir,
+    )
 
 
 @pytest.mark.parametrize("head", ["tied", "trained"])
