@@ -277,8 +277,12 @@ def _unadapted_base(loaded: Trained) -> Any:
 
 
 def _record(source: Source, method: str, dtype: Any, adapter: bool) -> dict[str, Any]:
-    import art_hydra
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
+        made_by = version("art_hydra")
+    except PackageNotFoundError:  # a source checkout that was never installed
+        made_by = None
     cfg = source.cfg
     return {
         "run_dir": str(source.run_dir),
@@ -293,7 +297,7 @@ def _record(source: Source, method: str, dtype: Any, adapter: bool) -> dict[str,
         # How the run formatted prompts, so art-hydra generate formats them the same.
         "system_prompt": cfg.task.get("system_prompt") or None,
         "max_completion_length": int(cfg.rl.max_completion_length),
-        "art_hydra_version": getattr(art_hydra, "__version__", None),
+        "art_hydra_version": made_by,
         "adapter_only": adapter,
     }
 
