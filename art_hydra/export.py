@@ -27,6 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hydra.errors import CompactHydraException
+
+from art_hydra.errors import full_error
 from art_hydra.trained import (
     ADAPTER_BASE,
     EXPORT_RECORD,
@@ -96,6 +99,11 @@ def main(argv: list[str]) -> int:
     except UsageError as exc:
         sys.stderr.write(f"art-hydra export: {exc}\n")
         return 2
+    except CompactHydraException as exc:  # a known refusal (a base without its weights)
+        if full_error():
+            raise
+        sys.stderr.write(f"art-hydra export: {str(exc).rstrip()}\n")
+        return 1
     print(out["message"])
     return 0
 

@@ -17,6 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hydra.errors import CompactHydraException
+
+from art_hydra.errors import full_error
 from art_hydra.trained import Source, UsageError, describe, locate
 
 
@@ -91,6 +94,11 @@ def main(argv: list[str]) -> int:
     except UsageError as exc:
         sys.stderr.write(f"art-hydra generate: {exc}\n")
         return 2
+    except CompactHydraException as exc:  # a known refusal (a base without its weights)
+        if full_error():
+            raise
+        sys.stderr.write(f"art-hydra generate: {str(exc).rstrip()}\n")
+        return 1
     _print(rows, args.json, args.task, describe(source))
     return 0
 

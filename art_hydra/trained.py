@@ -254,7 +254,9 @@ def _load_lora(source: Source, tokenizer: Any, device: str, float32: bool) -> Tr
 
         try:
             base, _ = load_base(cfg.model, cfg.seed)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # a moved folder; a hub id not cached
+            if isinstance(exc, CompactHydraException):
+                raise
             raise UsageError(
                 f"the run's base model model.name={cfg.model.name} cannot be loaded from here: "
                 f"{exc}".rstrip()

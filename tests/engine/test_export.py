@@ -218,6 +218,16 @@ def test_generate_prints_completions_for_a_run_and_its_export(tmp_path: Path) ->
     )
     assert done.returncode == 0, done.stderr
     assert f"art-hydra generate {out}" in done.stdout
+    # --force replaces an earlier export (and nothing else), leaving no temporary folder.
+    again = subprocess.run(
+        [ART_HYDRA, "export", str(run_dir), str(out), "--force", "--dtype", "bfloat16"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr
+    assert json.loads((out / EXPORT_RECORD).read_text())["dtype"] == "bfloat16"
+    assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".export")]
     for source in (run_dir, out):
         done = subprocess.run(
             [ART_HYDRA, "generate", str(source), "-p", "abc=", "-p", "dab=", "--json"],
