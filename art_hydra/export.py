@@ -29,6 +29,7 @@ from typing import Any
 
 from hydra.errors import CompactHydraException
 
+from art_hydra.config.run_files import EXPORT
 from art_hydra.errors import full_error
 from art_hydra.trained import (
     ADAPTER_BASE,
@@ -120,7 +121,15 @@ def check_out_dir(out: Path, source: Source, force: bool) -> None:
         if resolved.is_relative_to(checkpoints):
             raise UsageError(
                 f"OUT_DIR {out} lies in the run's checkpoints ({checkpoints}); choose another "
-                f"folder, for example {run / 'export'}"
+                f"folder, for example {run / EXPORT}"
+            )
+        if resolved.is_relative_to(run) and resolved != run / EXPORT:
+            # Any other name in the run folder is one no run writes: the folder would no
+            # longer be taken for a run folder, and resuming it would be refused.
+            raise UsageError(
+                f"OUT_DIR {out} lies in the run folder, where only {run / EXPORT} is an "
+                "export's place (a run folder holds only what runs write); choose "
+                f"{run / EXPORT} or a folder outside the run"
             )
     if resolved == source.folder.resolve() or source.folder.resolve().is_relative_to(resolved):
         raise UsageError(f"OUT_DIR {out} holds the model being exported; choose a new folder")
@@ -347,8 +356,6 @@ def try_commands(run_dir: Path, examples: Any) -> str:
     """The end-of-run lines naming both commands for this run: export it, and try it on
     one of its own prompts (the first of ``examples``, the task's examples)."""
     import shlex
-
-    from art_hydra.config.run_files import EXPORT
 
     first = next(iter(examples or ()), None)
     prompt = shlex.quote(first.prompt if first is not None else "<prompt>")

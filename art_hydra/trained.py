@@ -185,14 +185,6 @@ class Trained:
     native_dtype: Any = None
 
 
-def _torch_dtype(name: str | None) -> Any:
-    import torch
-
-    if name in (None, "auto"):
-        return None
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
-
-
 def native_dtype(cfg: Any, loaded: Any) -> Any:
     """The dtype a run's model is meant to be used in: ``model.dtype`` when it names a
     type; with ``auto``, the dtype the base (LoRA) or checkpoint (full) was stored in."""

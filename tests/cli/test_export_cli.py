@@ -90,7 +90,7 @@ def test_an_existing_out_dir_is_refused_and_left_alone(
     assert "not an export" in err
     assert (out / "mine.txt").read_text() == "keep"
     # The run folder itself, or a folder in its checkpoints, is never an output.
-    for target in (run, tmp_path, run / "checkpoints" / "x"):
+    for target in (run, tmp_path, run / "checkpoints" / "x", run / "my-export"):
         err = refused(capsys, export_main, [str(run), str(target), "--force"])
         assert "run folder" in err or "checkpoints" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run"]
