@@ -158,12 +158,21 @@ def main() -> None:
     """Console-script entry: check first, then hand the same argv to Hydra. A stop
     signal before the training loop ends the command with one line and the shell's
     status (:mod:`art_hydra.interrupts`), never a traceback. ``art-hydra summarize
-    SWEEP_DIR`` summarises a sweep folder instead (:mod:`art_hydra.sweep_summary`)."""
+    SWEEP_DIR`` summarises a sweep folder instead (:mod:`art_hydra.sweep_summary`);
+    ``art-hydra export`` and ``art-hydra generate`` export and try a trained model
+    (:mod:`art_hydra.export`, :mod:`art_hydra.generate`)."""
     _working_folder_on_path()
     if sys.argv[1:2] == ["summarize"]:
         from art_hydra.sweep_summary import main as summarize
 
         sys.exit(summarize(sys.argv[2:]))
+    if sys.argv[1:2] in (["export"], ["generate"]):
+        # A Hydra override always holds '=' (or starts with '+', '~', '-'): a bare word
+        # first is one of these commands, never a run's override.
+        from art_hydra import export, generate
+
+        command = export if sys.argv[1] == "export" else generate
+        sys.exit(command.main(sys.argv[2:]))
     interrupts.exit_on_signals()
     try:
         _main()

@@ -636,6 +636,9 @@ def _train_locked(
             shown += f", {evaluator.summary()}"
         done = f"art_hydra: {trainer.step} steps, final {shown}; outputs in {run_dir}"
         print(_in_log_files(done, logging.INFO))  # the result closes art_hydra.log too
+        from art_hydra.export import try_commands
+
+        print(try_commands(run_dir, producer.stream.examples))
     return summary
 
 

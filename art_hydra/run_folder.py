@@ -45,6 +45,8 @@ from art_hydra.config.run_files import (
     CHECKPOINT_PREFIX,
     COMPLETIONS,
     EVAL_COMPLETIONS,
+    EXPORT,
+    EXPORT_LEFTOVERS,
     HYDRA_RECORD,
     IDENTITY,
     LOCK,
@@ -95,6 +97,8 @@ RUN_ENTRIES = (
     RESULT,
     f".{RESULT}.*.tmp",
     *SWEEP_FILES,
+    EXPORT,
+    *EXPORT_LEFTOVERS,
 )
 
 

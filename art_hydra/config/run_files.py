@@ -31,6 +31,10 @@ LOSS_PLOT = "loss.png"
 PLOTS = (REWARD_PLOT, LOSS_PLOT)
 #: The job's outcome (running, done, failed, interrupted, refused) and objective.
 RESULT = "result.json"
+#: The folder the end-of-run message suggests ``art-hydra export`` writes (a standalone
+#: ``from_pretrained`` model), and the leftovers a stopped export may leave beside it.
+EXPORT = "export"
+EXPORT_LEFTOVERS = (f".{EXPORT}.tmp-*", f".{EXPORT}.old-*")
 #: A sweep's ranked summary of its jobs, written into the sweep folder.
 SWEEP_SUMMARY = ("summary.csv", "summary.md")
 #: The lock a training run holds on its folder.

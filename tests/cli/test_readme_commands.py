@@ -213,7 +213,7 @@ def _argv(words: list[str]) -> list[str]:
     else:  # python -m art_hydra
         cmd, args = [sys.executable, "-m", "art_hydra"], words[3:]
     passthrough = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--schema"}
-    if args[:1] == ["summarize"] or passthrough & set(args):
+    if args[:1] in (["summarize"], ["export"], ["generate"]) or passthrough & set(args):
         return cmd + args
     if not any(a.startswith("dry_run=") for a in args):
         args = [*args, "dry_run=true"]
@@ -265,6 +265,17 @@ def _resumes(words: list[str]) -> str | None:
     return folders[0] if folders else None
 
 
+def _tries(words: list[str]) -> tuple[str, str | None] | None:
+    """The run folder an ``export``/``generate`` command reads, and the export folder it
+    reads (``<run>/export``, for ``generate`` on an export), else None."""
+    if len(words) < 3 or words[1] not in ("export", "generate"):
+        return None
+    source = words[2].rstrip("/")
+    if words[1] == "generate" and source.endswith("/export"):
+        return source.removesuffix("/export"), source
+    return source, None
+
+
 def _train_a_run(folder: str, cwd: Path) -> None:
     """The run a resume command continues: one step of the default job, checkpointed
     (only keys a resume may change differ from the default)."""
@@ -298,7 +309,9 @@ def _env(world: Path | None = None) -> dict[str, str]:
 def _params() -> list:
     params = []
     for command in readme_commands(README.read_text(encoding="utf-8")):
-        marks = [pytest.mark.slow] if "resume=true" in command.text.split() else []
+        words = command.text.split()
+        trains = "resume=true" in words or words[1:2] in (["export"], ["generate"])
+        marks = [pytest.mark.slow] if trains else []
         marks += [
             pytest.mark.xfail(reason=why, strict=False)
             for word, why in PENDING.items()
@@ -341,6 +354,14 @@ def test_readme_command_runs_as_written(command: Command, tmp_path: Path, world:
     resumed = _resumes(words)
     if resumed is not None:
         _train_a_run(resumed, tmp_path)
+    tried = _tries(words)
+    if tried is not None:  # export and generate read a trained run (and its export)
+        _train_a_run(tried[0], tmp_path)
+        if tried[1] is not None:
+            made = subprocess.run(
+                [ART_HYDRA, "export", tried[0], tried[1]], cwd=tmp_path, env=_env(), check=False
+            )
+            assert made.returncode == 0
     argv = _argv(words)
     proc = subprocess.run(
         argv, cwd=tmp_path, env=_env(world), capture_output=True, text=True, timeout=300
