@@ -47,7 +47,7 @@ def test_rl_evaluates_held_out_prompts_and_trains_as_without_evaluating(tmp_path
     lines = [json.loads(x) for x in (run / run_files.EVAL_COMPLETIONS).read_text().splitlines()]
     assert [line["step"] for line in lines] == [2, 4]
     sample = lines[0]["samples"][0]
-    assert len(lines[0]["samples"]) == 3 and lines[0]["time"].endswith("+00:00")
+    assert len(lines[0]["samples"]) == 3 and lines[0]["time"].endswith("Z")
     assert {"prompt", "reference", "completion", "reward", "rewards"} <= set(sample)
     # Evaluating every step or every other one trains the same steps: its sampling
     # draws from its own generator, and the process's random states are put back.
