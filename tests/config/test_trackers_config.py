@@ -166,3 +166,18 @@ def test_both_sample_shapes_flatten_to_one_row_per_completion() -> None:
     assert columns[:3] == ["step", "kind", "group"] and columns[-1] == "reward/exact"
     assert len(data) == 4 and all(len(r) == len(columns) for r in data)
     assert data[2][columns.index("reward/exact")] is None
+
+
+def test_a_link_planted_as_the_trackers_folder_is_refused(tmp_path: Path) -> None:
+    from art_hydra.run_folder import UnsafePath
+    from art_hydra.trackers import open_trackers
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trackers").symlink_to(elsewhere)
+    logging_cfg = OmegaConf.create({"report_to": ["mlflow"], "tensorboard": None, "project": None})
+    with pytest.raises(UnsafePath, match="trackers is a link"):
+        open_trackers(run, logging_cfg, {}, None)
+    assert list(elsewhere.iterdir()) == []
