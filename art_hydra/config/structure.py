@@ -250,6 +250,14 @@ def type_problem(path: str, value: Any, kind: Any, expected: str) -> Problem:
         if default is not None
         else fix({path: placeholder(f"a value of type {expected}")})
     )
+    if (
+        isinstance(value, str)
+        and isinstance(default, list)
+        and default
+        and all(isinstance(d, str) for d in default)
+    ):
+        # One name given to a list of names (logging.report_to=wandb, as TRL spells it).
+        suggestion = fix({path: [value]}, "a list of one", alt=suggestion)
     return Problem(path, value, f"has the wrong type: expected {expected}.", suggestion, Kind.type)
 
 

@@ -782,7 +782,7 @@ def report_to_names_known_trackers(cfg: DictConfig) -> Iterator[Problem]:
             f"is not a tracker art_hydra reports to; it knows {', '.join(known)}"
             + (f" (did you mean {near[0]}?)" if near else "")
             + ".",
-            fix({"logging.report_to": list(dict.fromkeys(better)) or [NONE]}),
+            fix({"logging.report_to": list(dict.fromkeys(better)) or [TENSORBOARD]}),
         )
     if NONE in kept and len(set(kept)) > 1:
         others = list(dict.fromkeys(n for n in kept if n != NONE))
@@ -808,7 +808,17 @@ def report_to_names_known_trackers(cfg: DictConfig) -> Iterator[Problem]:
             switch,
             f"adds TensorBoard to logging.report_to={names}, which leaves it out; "
             "logging.tensorboard=null follows report_to.",
-            fix({"logging.tensorboard": None}),
+            fix(
+                {"logging.tensorboard": None},
+                alt=fix(
+                    {
+                        "logging.tensorboard": None,
+                        "logging.report_to": list(
+                            dict.fromkeys([TENSORBOARD, *(n for n in kept if n != NONE)])
+                        ),
+                    }
+                ),
+            ),
         )
     elif switch is False and TENSORBOARD in kept and explicit:
         yield _warning(

@@ -66,7 +66,7 @@ def tracker_problems(cfg: DictConfig) -> list[Problem]:
                         "W&B would run online (WANDB_MODE is "
                         + (f"{mode!r}" if mode else "unset")
                         + ") but no API key is set (WANDB_API_KEY, or `wandb login`): wandb "
-                        "would stop the run at start to ask for one. Offline runs need no "
+                        "would fail, or wait for one, at start. Offline runs need no "
                         "account and are uploaded later with `wandb sync`.",
                         fix(
                             {"logging.report_to": _without(cfg, name)},

@@ -12,7 +12,7 @@ from typing import Any
 
 from art_hydra.config import run_files
 from art_hydra.config.tracker_names import TENSORBOARD, chosen_trackers, project_name
-from art_hydra.run_folder import read_record, write_atomic
+from art_hydra.run_folder import UnsafePath, entry_kind, read_record, write_atomic
 from art_hydra.trackers import (  # noqa: F401  (each registers its tracker)
     mlflow_tracker,
     tensorboard_tracker,
@@ -94,7 +94,14 @@ def open_trackers(
             folder = run_dir / run_files.TENSORBOARD
         else:
             folder = run_dir / run_files.TRACKERS / name
-            folder.mkdir(parents=True, exist_ok=True)
+            for path in (folder.parent, folder):
+                if entry_kind(path) not in (None, "folder"):
+                    raise UnsafePath(
+                        f"{path} is a {entry_kind(path)}, not the run's own folder: {name}'s "
+                        f"files would be written through it. Remove it, or drop {name} from "
+                        "logging.report_to."
+                    )
+                path.mkdir(exist_ok=True)
         id_file = run_dir / run_files.TRACKERS / f"{name}.id"
         saved = read_record(id_file) if resume_step is not None else None
         tracker = TRACKERS[name]()

@@ -60,7 +60,7 @@ class TensorBoardTracker(Tracker):
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
         for key, value in metrics.items():
             # eval/<name> keys keep their own section; the rest are train/<key> as before.
-            tag = key if "/" in key else f"train/{key}"
+            tag = key if key.startswith("eval/") else f"train/{key}"
             self.writer.add_scalar(tag, value, step)
 
     def track_samples(self, step: int, kind: str, samples: list[dict[str, Any]]) -> None:

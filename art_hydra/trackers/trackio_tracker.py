@@ -20,8 +20,8 @@ log = logging.getLogger(__name__)
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    """Trackio prints its banner and dashboard hints on stdout: into the run's log instead
-    (a piped run's stdout stays the run's own)."""
+    """Trackio prints its banner and dashboard hints on stdout: to the debug log instead
+    (a piped run's stdout stays the run's own; the README says how to view the store)."""
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed):
@@ -29,7 +29,7 @@ def _quiet() -> Iterator[None]:
     finally:
         for line in printed.getvalue().splitlines():
             if line.strip():
-                log.info("trackio: %s", line.strip())
+                log.debug("trackio: %s", line.strip())
 
 
 #: Trackio's module-level paths, read from TRACKIO_DIR when trackio is first imported.

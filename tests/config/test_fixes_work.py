@@ -158,6 +158,7 @@ CASES: dict[str, Case] = {
     ),
     "unsloth_absent": Case(("backend=unsloth",), "backend"),
     "tracker_misspelt": Case(("logging.report_to=[tensorboard,mlfow]",), "logging.report_to"),
+    "tracker_as_one_name": Case(("logging.report_to=mlflow",), "logging.report_to"),
     "tracker_none_with_others": Case(("logging.report_to=[none,trackio]",), "logging.report_to"),
     "tracker_twice": Case(
         ("logging.report_to=[trackio,trackio]",), "logging.report_to", warning=True

@@ -166,3 +166,59 @@ def test_both_sample_shapes_flatten_to_one_row_per_completion() -> None:
     assert columns[:3] == ["step", "kind", "group"] and columns[-1] == "reward/exact"
     assert len(data) == 4 and all(len(r) == len(columns) for r in data)
     assert data[2][columns.index("reward/exact")] is None
+
+
+def test_a_link_planted_as_the_trackers_folder_is_refused(tmp_path: Path) -> None:
+    from art_hydra.run_folder import UnsafePath
+    from art_hydra.trackers import open_trackers
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trackers").symlink_to(elsewhere)
+    logging_cfg = OmegaConf.create({"report_to": ["mlflow"], "tensorboard": None, "project": None})
+    with pytest.raises(UnsafePath, match="trackers is a link"):
+        open_trackers(run, logging_cfg, {}, None)
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_tracker_that_fails_during_the_run_is_dropped_and_the_others_go_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from art_hydra.trackers import Trackers
+    from art_hydra.trackers.base import Tracker
+
+    class Broken(Tracker):
+        name = "broken"
+
+        def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+            raise ConnectionError("server went away")
+
+    class Kept(Tracker):
+        name = "kept"
+        seen: list[tuple[int, dict[str, float]]] = []
+        closed = ""
+
+        def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+            self.seen.append((step, metrics))
+
+        def close(self, status: str) -> None:
+            self.closed = status
+
+    kept = Kept()
+    trackers = Trackers([Broken(), kept])
+    record = {
+        "step": 1,
+        "loss": 0.5,
+        "time": "2026-12-05T00:00:00Z",
+        "kl": None,
+        "nan": float("nan"),
+    }
+    trackers.log_metrics(record)
+    trackers.log_metrics({**record, "step": 2})
+    assert [t.name for t in trackers.trackers] == ["kept"]
+    assert kept.seen == [(1, {"loss": 0.5}), (2, {"loss": 0.5})]  # numbers only
+    assert "broken: logging metrics failed (server went away)" in caplog.text
+    trackers.close("failed")
+    assert kept.closed == "failed"
