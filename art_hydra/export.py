@@ -22,21 +22,18 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from hydra.errors import CompactHydraException
-
 from art_hydra.config.run_files import EXPORT
-from art_hydra.errors import full_error
 from art_hydra.trained import (
     ADAPTER_BASE,
     EXPORT_RECORD,
     Source,
     Trained,
     UsageError,
+    as_command,
     base_name,
     describe,
     locate,
@@ -87,7 +84,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """The command; user mistakes are one line on stderr and status 2."""
     args = parser().parse_args(argv)
-    try:
+
+    def body() -> int:
         out = export(
             args.run_dir,
             args.out_dir,
@@ -97,16 +95,10 @@ def main(argv: list[str]) -> int:
             force=args.force,
             trust_remote_code=args.trust_remote_code,
         )
-    except UsageError as exc:
-        sys.stderr.write(f"art-hydra export: {exc}\n")
-        return 2
-    except CompactHydraException as exc:  # a known refusal (a base without its weights)
-        if full_error():
-            raise
-        sys.stderr.write(f"art-hydra export: {str(exc).rstrip()}\n")
-        return 1
-    print(out["message"])
-    return 0
+        print(out["message"])
+        return 0
+
+    return as_command("export", body)
 
 
 def check_out_dir(out: Path, source: Source, force: bool) -> None:

@@ -13,14 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from hydra.errors import CompactHydraException
-
-from art_hydra.errors import full_error
-from art_hydra.trained import Source, UsageError, describe, locate
+from art_hydra.trained import Source, UsageError, as_command, describe, locate
 
 
 def parser() -> argparse.ArgumentParser:
@@ -75,7 +71,8 @@ def main(argv: list[str]) -> int:
         p.error("--temperature must be 0 (greedy) or more")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         p.error("--max-new-tokens must be at least 1")
-    try:
+
+    def body() -> int:
         source = locate(args.source, args.checkpoint)
         examples = _examples(args, source)
         rows = generate(
@@ -91,16 +88,10 @@ def main(argv: list[str]) -> int:
         )
         if args.task:
             _score(source, rows)
-    except UsageError as exc:
-        sys.stderr.write(f"art-hydra generate: {exc}\n")
-        return 2
-    except CompactHydraException as exc:  # a known refusal (a base without its weights)
-        if full_error():
-            raise
-        sys.stderr.write(f"art-hydra generate: {str(exc).rstrip()}\n")
-        return 1
-    _print(rows, args.json, args.task, describe(source))
-    return 0
+        _print(rows, args.json, args.task, describe(source))
+        return 0
+
+    return as_command("generate", body)
 
 
 def _examples(args: Any, source: Source) -> list[Any]:

@@ -14,6 +14,8 @@ and a checkpoint is verified against its manifest before anything is loaded.
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,24 @@ class UsageError(CompactHydraException, ValueError):
     folder in the way): one message, exit status 2, no traceback."""
 
     exit_code = 2
+
+
+def as_command(name: str, body: Callable[[], int]) -> int:
+    """Run ``art-hydra <name>``'s body: a user's mistake is one line on stderr and status 2,
+    a known refusal while loading (a base without its weights) its message and status 1;
+    anything else is a bug and keeps its traceback."""
+    from art_hydra.errors import full_error
+
+    try:
+        return body()
+    except UsageError as exc:
+        sys.stderr.write(f"art-hydra {name}: {exc}\n")
+        return 2
+    except CompactHydraException as exc:
+        if full_error():
+            raise
+        sys.stderr.write(f"art-hydra {name}: {str(exc).rstrip()}\n")
+        return 1
 
 
 @dataclass
