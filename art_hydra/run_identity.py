@@ -84,6 +84,17 @@ def _data(cfg: DictConfig) -> dict[str, Any] | None:
     return {"path": str(base), "size": size, "sha256": digest.hexdigest()}
 
 
+def _eval_data(cfg: DictConfig) -> dict[str, Any] | None:
+    """The evaluation's own data (``eval.path``/``eval.split``), read as the task reads
+    its data; None where evaluation holds out the task's prompts or is off."""
+    from art_hydra.config.eval_rules import own_data
+    from art_hydra.tasks.held_out import own_eval_config
+
+    if "eval" not in cfg or not own_data(cfg):
+        return None
+    return _data(own_eval_config(cfg))
+
+
 def _dataset_files(cfg: DictConfig) -> list[Path]:
     """The files ``task=dataset`` reads for its split (every file of a save_to_disk
     folder), resolved and sorted; empty when the source cannot be read."""
@@ -170,6 +181,7 @@ def current(cfg: DictConfig) -> dict[str, Any]:
     return {
         "version": _VERSION,
         "data": _data(cfg),
+        "eval_data": _eval_data(cfg),
         "reward": _code(cfg, "task.reward._target_") if not uses_list(cfg.task) else None,
         "rewards": {spec.key: _code(cfg, spec.key) for spec in reward_specs(cfg.task)},
         "generator": _code(cfg, "task.generator"),
@@ -226,6 +238,28 @@ def _data_problems(cfg: DictConfig, run_dir: Path, old: Any, new: Any) -> list[P
             "continues the same run, and the checkpoint's data position counts the lines "
             "of the recorded file.",
             f"restore the recorded file (or point task.path back at it), {_new_run(run_dir)}",
+        )
+    ]
+
+
+def _eval_data_problems(cfg: DictConfig, old: Any, new: Any) -> list[Problem]:
+    """A changed evaluation file is a warning: training is unaffected, but the run's
+    eval/* curve before and after the resume measures different data."""
+    if not old or not new:
+        return []
+    if old.get("size") == new["size"] and old.get("sha256") == new["sha256"]:
+        return []
+    return [
+        _problem(
+            "eval.path",
+            cfg.eval.path,
+            f"the evaluation data {new['path']} is not what the run evaluated before: "
+            f"{IDENTITY} recorded {old.get('size')} bytes, sha256 {_short(old.get('sha256'))}; "
+            f"it now has {new['size']} bytes, sha256 {_short(new['sha256'])}. Training "
+            "continues as it was, but eval/* after this resume measures other data than "
+            "before it.",
+            "restore the recorded file to keep the eval curve comparable; nothing, to accept it",
+            warning=True,
         )
     ]
 
@@ -351,6 +385,7 @@ def resume_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
     new = current(cfg)
     return [
         *_data_problems(cfg, run_dir, old.get("data"), new["data"]),
+        *_eval_data_problems(cfg, old.get("eval_data"), new["eval_data"]),
         *_reward_problems(run_dir, old, new),
         *_code_problems("task.generator", run_dir, old.get("generator"), new["generator"]),
         *_model_problems(run_dir, old.get("model"), new["model"]),

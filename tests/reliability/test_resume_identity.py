@@ -218,3 +218,25 @@ def test_a_rewritten_shard_of_a_dataset_folder_is_refused(tmp_path: Path) -> Non
     out = output_of(proc)
     assert proc.returncode == 1, out
     assert "task.path = data" in out and "Traceback" not in out
+
+
+def test_a_changed_evaluation_file_resumes_with_a_warning(tmp_path: Path) -> None:
+    """Training does not read ``eval.path``: a resume after it changed trains on, with a
+    warning that the eval curve before and after measures different data."""
+    (tmp_path / "data.jsonl").write_text(_data(40))
+    (tmp_path / "held.jsonl").write_text(_data(8))
+    (tmp_path / "identity_reward.py").write_text(REWARD)
+    run = [*RUN, "eval.path=held.jsonl"]
+    env = {"PYTHONPATH": str(tmp_path)}
+    proc = run_cli(*run, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, output_of(proc)
+    recorded = json.loads((tmp_path / "run" / IDENTITY).read_text())["eval_data"]
+    assert recorded["size"] == (tmp_path / "held.jsonl").stat().st_size
+    unchanged = run_cli(*run, "resume=true", "dry_run=true", cwd=tmp_path, env=env)
+    assert unchanged.returncode == 0 and "eval.path" not in output_of(unchanged)
+    (tmp_path / "held.jsonl").write_text(_data(6))
+    proc = run_cli(*run, "resume=true", "dry_run=true", cwd=tmp_path, env=env)
+    out = output_of(proc)
+    assert proc.returncode == 0, out
+    assert "eval.path = held.jsonl" in out and "eval/* after this resume" in out
+    assert "Traceback" not in out
