@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from art_hydra.config import run_files
 from art_hydra.config.composition import validate
+from art_hydra.config.objective import NOT_IN_SFT
 from art_hydra.config.problems import ConfigValidationError, errors
 from art_hydra.config.schema import AlgorithmName
 from art_hydra.config.trust import outside_code_report
@@ -625,7 +626,8 @@ def _train_locked(
     summary = {
         "run_dir": str(run_dir),
         "steps": trainer.step,
-        "final": last,
+        # As its metric line holds it: an SFT run's summary has no RL keys held as None.
+        "final": {k: v for k, v in last.items() if is_rl or k not in NOT_IN_SFT},
         "plot": str(plot) if plot else None,
         "status": DONE,
         "objective": record.spec.as_dict() if record is not None else None,

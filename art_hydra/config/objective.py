@@ -90,7 +90,6 @@ def reward_metrics(task: Any) -> set[str]:
 NOT_IN_SFT = frozenset(
     {"reward_mean", "reward_std", "zero_std_groups", "completion_length", "kl", "clip_fraction"}
 )
-_NOT_IN_SFT = NOT_IN_SFT
 
 #: The metrics where lower is better; ``direction=auto`` maximises every other one.
 LOWER_IS_BETTER = frozenset(
@@ -116,7 +115,7 @@ def logged_metrics(algorithm: AlgorithmName, cfg: Any = None) -> tuple[str, ...]
     """The metrics ``algorithm`` logs with a value an objective can compare; with the
     composed ``cfg``, also the :data:`CONDITIONAL_METRICS` its settings log."""
     if algorithm == AlgorithmName.sft:
-        return tuple(m for m in STEP_METRICS if m not in _NOT_IN_SFT) + _conditional(cfg)
+        return tuple(m for m in STEP_METRICS if m not in NOT_IN_SFT) + _conditional(cfg)
     return (*STEP_METRICS, *RL_STAT_METRICS, *_conditional(cfg))
 
 
