@@ -60,7 +60,9 @@ def test_two_ranks_give_the_single_process_gradient(tmp_path: Path) -> None:
     assert worst <= 1e-6 * max(scale, 1.0), (worst, scale)
 
 
-def test_the_default_task_learns_on_two_ranks(tmp_path: Path) -> None:
+def test_the_default_task_learns_on_two_ranks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     proc = _torchrun(
         "-m",
         "art_hydra",
@@ -68,6 +70,7 @@ def test_the_default_task_learns_on_two_ranks(tmp_path: Path) -> None:
         "trainer.max_steps=200",
         "hydra.run.dir=run",
         *QUIET,
+        "logging.report_to=[mlflow]",  # a tracker: rank 0 alone reports
         cwd=tmp_path,
     )
     assert proc.returncode == 0, output_of(proc)[-3000:]
@@ -77,6 +80,19 @@ def test_the_default_task_learns_on_two_ranks(tmp_path: Path) -> None:
     last = sum(r["reward_mean"] for r in rows[-10:]) / 10
     assert first < 0.3 and last > 0.8, (first, last)
     assert (tmp_path / "run" / "art_hydra_rank1.log").exists()
+    # Rank 0 alone says what happened and reports to the trackers: one MLflow run.
+    log = (tmp_path / "run" / "art_hydra.log").read_text()
+    assert log.count("progress: step 200/200") == 1 and log.count("batch: RL,") == 1
+    assert "progress:" not in (tmp_path / "run" / "art_hydra_rank1.log").read_text()
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 reads its file store
+    from mlflow.tracking import MlflowClient
+
+    store = tmp_path / "run" / "trackers" / "mlflow" / "mlruns"
+    client = MlflowClient(tracking_uri=store.resolve().as_uri())
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    history = client.get_metric_history(runs[0].info.run_id, "reward_mean")
+    assert sorted(m.step for m in history) == list(range(1, 201))
     statuses = sorted((tmp_path / "run" / ".ranks").glob("rank*.json"))
     assert [json.loads(p.read_text())["state"] for p in statuses] == ["done", "done"]
 
