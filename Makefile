@@ -16,8 +16,10 @@ UNSLOTH_VENV := .venv-unsloth
 $(BIN)/art-hydra: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet "$(TORCH)"
-	# [bench] is TRL and the trackers (W&B, MLflow, Trackio, tested offline): tests/engine/test_trl_parity.py compares the loss with TRL's own
-	# GRPOTrainer._compute_loss. Not in [dev]: the Unsloth stage pins an older trl.
+	# [bench] is TRL (tests/engine/test_trl_parity.py compares the loss with TRL's own
+	# GRPOTrainer._compute_loss) and the trackers' libraries (W&B, MLflow, Trackio, whose
+	# offline modes tests/engine/test_trackers.py runs). Not in [dev]: the Unsloth stage
+	# pins an older trl.
 	$(BIN)/pip install --quiet -e ".[dev,bench]"
 	touch $@
 
