@@ -12,6 +12,7 @@ default, read from the dataclass, never restated.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import typing
@@ -49,6 +50,8 @@ class Bound:
     float32: bool = True
     #: ``(key, value)``: the bound applies only when that key has that value.
     when: tuple[str, Any] | None = None
+    #: The string names an entry of this registry (:mod:`art_hydra.config.registries`).
+    registry: str = ""
 
 
 #: The resume rules a field may declare.
@@ -258,6 +261,28 @@ def condition_keys(cls: type) -> frozenset[str]:
     return frozenset(found)
 
 
+def _registry_problem(path: str, value: str, registry: str, default: Any) -> Problem | None:
+    """A name its registry does not hold, with the nearest registered name as the fix."""
+    from art_hydra.config.registries import describe_registry, registered_names
+
+    names = registered_names(registry)
+    if value in names:
+        return None
+    folded = [n for n in names if n.lower() == value.lower()]
+    close = folded or difflib.get_close_matches(value, names, n=1, cutoff=0.5)
+    return Problem(
+        path,
+        value,
+        f"is not {describe_registry(registry)}"
+        + (f" (did you mean {close[0]}?)" if close else "")
+        + "; register one with its decorator in a module the launcher imports or an "
+        "installed package's entry point.",
+        fix({path: close[0]}) if close else _fix(path, default),
+        Kind.bound,
+        Severity.error,
+    )
+
+
 def _field_problem(root: Any, path: str, f: Any, value: Any) -> Problem | None:
     bound: Bound | None = f.metadata.get("bound")
     if bound is not None and not _applies(root, bound.when):
@@ -267,6 +292,8 @@ def _field_problem(root: Any, path: str, f: Any, value: Any) -> Problem | None:
         problem = _float_problem(path, value, bound, default)
         if problem is not None:
             return problem
+    if bound is not None and bound.registry and isinstance(value, str):
+        return _registry_problem(path, value, bound.registry, default)
     if bound is not None and value is not None and _violates(bound, value):
         reason = describe(bound) + (f": {bound.why}" if bound.why else ".")
         return Problem(path, value, reason, _fix(path, default), Kind.bound, Severity.error)

@@ -211,6 +211,10 @@ def _limits_text(cls: type, name: str, bound: Bound | None) -> str:
         return "one of " + ", ".join(kind.__members__)
     if bound is None:
         return ""
+    if bound.registry:
+        from art_hydra.config.registries import describe_registry
+
+        return describe_registry(bound.registry)
     limits = (bound.gt, bound.ge, bound.lt, bound.le)
     if not (any(x is not None for x in limits) or bound.choices or bound.nonempty):
         return ""

@@ -42,7 +42,6 @@ from art_hydra.config.registry import validator
 from art_hydra.config.schema import (
     AlgorithmName,
     FinetuneMethod,
-    LossType,
     ModelSource,
     RunConfig,
     TaskSource,
@@ -372,19 +371,28 @@ def dataset_settings_without_a_dataset(cfg: DictConfig) -> Iterator[Problem]:
 
 
 @validator
-def lower_clip_under_cispo(cfg: DictConfig) -> Iterator[Problem]:
-    """CISPO caps the importance weight from above only (rl.epsilon_high)."""
-    if cfg.algorithm.name != AlgorithmName.rl or cfg.rl.loss_type != LossType.cispo:
+def loss_settings_the_loss_does_not_read(cfg: DictConfig) -> Iterator[Problem]:
+    """Each policy loss declares the ``rl.*`` settings it reads (its registration); the
+    others of :data:`LOSS_SETTINGS` are inert under it (CISPO has no lower clip)."""
+    from art_hydra.config.policy_losses import LOSS_SETTINGS, get_policy_loss, policy_losses
+
+    loss = get_policy_loss(cfg.rl.loss_type) if cfg.algorithm.name == AlgorithmName.rl else None
+    if loss is None:
         return
-    yield from _inert(
-        cfg,
-        ["rl.epsilon"],
-        "rl.loss_type=cispo caps each token's importance weight at rl.epsilon_high only, "
-        "with no lower clip",
-        "rl.epsilon (the PPO clip's lower bound) is not used",
-        lambda key, value: fix({"rl.loss_type": "ppo_clip"}, alt=_drop(key, value)),
-        ("rl.loss_type", "experiment"),
-    )
+    for name in (s for s in LOSS_SETTINGS if s not in loss.settings):
+        readers = [n for n, other in policy_losses().items() if name in other.settings]
+        yield from _inert(
+            cfg,
+            [f"rl.{name}"],
+            f"rl.loss_type={loss.name} reads only "
+            + (", ".join(f"rl.{s}" for s in loss.settings) or "no clip setting")
+            + (f" ({loss.help.rstrip('.')})" if loss.help else ""),
+            f"rl.{name} is not used",
+            lambda key, value, to=readers: (
+                fix({"rl.loss_type": to[0]}, alt=_drop(key, value)) if to else _drop(key, value)
+            ),
+            ("rl.loss_type", "experiment"),
+        )
 
 
 @validator

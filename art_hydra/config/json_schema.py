@@ -126,6 +126,11 @@ def _bound_schema(bound: Bound, base: dict[str, Any]) -> dict[str, Any]:
             limits[word] = int(value) if float(value).is_integer() else value
     if bound.nonempty:
         limits.update(minLength=1, minItems=1)
+    if bound.registry:
+        from art_hydra.config.registries import registered_names
+
+        # Open: a plugin or launcher script may register more; these are the known ones.
+        return {"type": "string", "examples": list(registered_names(bound.registry))}
     if bound.choices:
         spellings = [*bound.choices, *(alias for alias, _ in bound.aliases)]
         choice: dict[str, Any] = {"type": "string", "enum": spellings}
@@ -232,7 +237,7 @@ class _Builder:
         if bound is None:
             return {**prop, **_or_interpolation(base)}, None
         limited = _or_interpolation(_bound_schema(bound, base))
-        if bound.choices or (bounds and bound.when is None):
+        if bound.choices or bound.registry or (bounds and bound.when is None):
             return {**prop, **limited}, None
         return {**prop, **_or_interpolation(base)}, (limited if bounds else None)
 

@@ -123,7 +123,13 @@ def _conditional(cfg: Any) -> tuple[str, ...]:
     """The :data:`CONDITIONAL_METRICS` a composed ``cfg`` logs (none without one)."""
     if cfg is None:
         return ()
-    return tuple(m for m, (_, logs) in CONDITIONAL_METRICS.items() if logs(cfg))
+    found = [m for m, (_, logs) in CONDITIONAL_METRICS.items() if logs(cfg)]
+    if _name(cfg.algorithm.name) == "rl":  # and those the chosen policy loss declares
+        from art_hydra.config.policy_losses import get_policy_loss
+
+        loss = get_policy_loss(cfg.rl.loss_type)
+        found += [m for m in (loss.metrics if loss else ()) if m not in found]
+    return tuple(found)
 
 
 @dataclass(frozen=True)

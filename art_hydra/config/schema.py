@@ -85,13 +85,6 @@ class SchedulerType(Enum):
     cosine = "cosine"
 
 
-class LossType(Enum):
-    """Policy-gradient loss: PPO-style clipped ratio, or CISPO's clipped importance weight."""
-
-    ppo_clip = "ppo_clip"
-    cispo = "cispo"
-
-
 class DistBackend(Enum):
     """torch.distributed backend: ``auto`` is nccl on CUDA, gloo on the CPU."""
 
@@ -431,7 +424,15 @@ class RLConfig:
         ),
         legacy=1,
     )
-    loss_type: LossType = setting(LossType.ppo_clip, help="Policy-gradient loss.")
+    loss_type: str = setting(
+        "ppo_clip",
+        help=(
+            "Policy-gradient loss: a name registered with @register_policy_loss "
+            "(art_hydra.rl.losses): ppo_clip (PPO's clipped ratio), cispo (CISPO's capped "
+            "importance weight), or one a plugin or launcher script registers."
+        ),
+        registry="policy_loss",
+    )
     scale_rewards: bool = setting(
         True, help="Divide group-centred rewards by the group's standard deviation."
     )

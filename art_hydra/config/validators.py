@@ -41,7 +41,6 @@ from art_hydra.config.schema import (
     DistBackend,
     DType,
     FinetuneMethod,
-    LossType,
     ModelSource,
     TaskSource,
 )
@@ -510,21 +509,32 @@ def sampling_can_differ(cfg: DictConfig) -> Iterator[Problem]:
 
 
 @validator
+def loss_has_the_settings_it_requires(cfg: DictConfig) -> Iterator[Problem]:
+    """A policy loss's registration names the ``rl.*`` settings it cannot run without
+    (CISPO's cap, rl.epsilon_high) and the value the fix offers."""
+    from art_hydra.config.policy_losses import get_policy_loss
+
+    loss = get_policy_loss(cfg.rl.loss_type) if _is_rl(cfg) else None
+    if loss is None:
+        return
+    for key, value in loss.requires.items():
+        if cfg.rl[key] is None:
+            because = f": {loss.why[key]}" if key in loss.why else "."
+            yield Problem(
+                f"rl.{key}",
+                None,
+                f"rl.loss_type={loss.name} reads rl.{key}, and it has no value{because}",
+                fix({f"rl.{key}": value}),
+            )
+
+
+@validator
 def cispo_has_its_cap(cfg: DictConfig) -> Iterator[Problem]:
     """CISPO caps the importance weight at epsilon_high itself (TRL's convention)."""
-    if not _is_rl(cfg) or cfg.rl.loss_type != LossType.cispo:
+    if not _is_rl(cfg) or str(cfg.rl.loss_type) != "cispo":
         return
     high = cfg.rl.epsilon_high
-    if high is None:
-        yield Problem(
-            "rl.epsilon_high",
-            None,
-            "CISPO caps each token's importance weight at rl.epsilon_high itself (TRL's "
-            "convention), and it has no value; falling back to rl.epsilon would cap even "
-            "on-policy tokens (weight 1) and scale every gradient down.",
-            fix({"rl.epsilon_high": 5.0}, "ScaleRL's cap"),
-        )
-    elif high <= 1:
+    if high is not None and high <= 1:
         yield _warning(
             "rl.epsilon_high",
             high,

@@ -1,12 +1,35 @@
-"""Policy-gradient losses (PPO-clip, CISPO) with an optional KL to the reference."""
+"""Policy-gradient losses (PPO-clip, CISPO) with an optional KL to the reference.
+
+Each policy loss is one function registered with :func:`register_policy_loss` (it
+declares the ``rl.*`` settings it honours); :func:`policy_loss` wraps the chosen one in
+what every loss shares (the masking, the ratio, the importance weight, the KL term, the
+step's token denominator, the finite check and the statistics). The module imports torch
+only inside its functions, so validation reads the built-in losses' names and settings
+from the registry (:mod:`art_hydra.config.policy_losses`) without loading torch.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+from art_hydra.config.policy_losses import get_policy_loss, register_policy_loss
 
-from art_hydra.config.schema import LossType
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "LOG_RATIO_CLAMP",
+    "NonFiniteLossError",
+    "PolicyLossSettings",
+    "cispo",
+    "policy_loss",
+    "ppo_clip",
+    "register_policy_loss",
+    "sampling_mismatch",
+    "sft_loss",
+    "truncated_importance_weight",
+]
 
 #: Log-ratios are clamped to +-this before exponentiation, so one wild token cannot
 #: overflow the ratio (exp(20) is about 5e8).
@@ -21,7 +44,8 @@ class NonFiniteLossError(RuntimeError):
 class PolicyLossSettings:
     """The loss knobs of the ``rl`` section."""
 
-    loss_type: LossType
+    #: A registered policy loss's name (``rl.loss_type``).
+    loss_type: str
     epsilon: float
     epsilon_high: float
     beta: float
@@ -33,7 +57,64 @@ class PolicyLossSettings:
         """PPO-clip's upper range defaults to epsilon; CISPO's cap is required (validated)."""
         high = rl_cfg.epsilon if rl_cfg.epsilon_high is None else rl_cfg.epsilon_high
         cap = rl_cfg.importance_sampling_cap
-        return cls(rl_cfg.loss_type, rl_cfg.epsilon, high, rl_cfg.beta, cap)
+        name = str(getattr(rl_cfg.loss_type, "name", rl_cfg.loss_type))
+        return cls(name, rl_cfg.epsilon, high, rl_cfg.beta, cap)
+
+
+@register_policy_loss(
+    "ppo_clip",
+    settings=("epsilon", "epsilon_high"),
+    help="PPO's clipped ratio: -min(r A, clip(r, 1 - epsilon, 1 + epsilon_high) A).",
+)
+def ppo_clip(
+    ratio: torch.Tensor,
+    logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    settings: PolicyLossSettings,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO-clip: ``-min(r A, clip(r, 1-eps, 1+eps_high) A)``; ``clip_fraction`` counts the
+    tokens in a clipped region (ratio below 1-eps with A < 0, or above 1+eps_high with
+    A > 0)."""
+    import torch
+
+    clipped = ratio.clamp(1 - settings.epsilon, 1 + settings.epsilon_high)
+    per_token = -torch.min(ratio * advantages, clipped * advantages)
+    with torch.no_grad():
+        clip_low = (ratio < 1 - settings.epsilon) & (advantages < 0)
+        clip_high = (ratio > 1 + settings.epsilon_high) & (advantages > 0)
+    return per_token, {"clip_fraction": clip_low | clip_high}
+
+
+@register_policy_loss(
+    "cispo",
+    settings=("epsilon_high",),
+    requires={"epsilon_high": 5.0},
+    why={
+        "epsilon_high": "CISPO caps each token's importance weight at rl.epsilon_high itself "
+        "(TRL's convention); falling back to rl.epsilon would cap even on-policy tokens "
+        "(weight 1) and scale every gradient down. 5.0 is ScaleRL's cap."
+    },
+    metrics=("cispo_capped_fraction",),
+    help="CISPO: the importance weight min(r, epsilon_high), detached, times A log p.",
+)
+def cispo(
+    ratio: torch.Tensor,
+    logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    settings: PolicyLossSettings,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """CISPO: the importance weight ``min(r, eps_high)`` (TRL's convention: the cap is
+    ``epsilon_high`` itself) is detached and multiplies ``A log p``, so capped tokens
+    still pass gradient; ``clip_fraction`` counts the capped tokens with A > 0, as TRL's
+    ``cispo_clip_ratio`` does (so the two compare), and ``cispo_capped_fraction`` the
+    capped tokens of either sign (every token whose weight the cap lowered)."""
+    import torch
+
+    weight = ratio.clamp(max=settings.epsilon_high).detach()
+    per_token = -weight * advantages * logprobs
+    with torch.no_grad():
+        capped = ratio > settings.epsilon_high
+    return per_token, {"clip_fraction": capped & (advantages > 0), "cispo_capped_fraction": capped}
 
 
 def truncated_importance_weight(
@@ -43,6 +124,8 @@ def truncated_importance_weight(
     ``min(exp(old - sampler), cap)``, detached. The sampler drew from its own
     distribution; where its numerics differ from the training side's, this reweights each
     token towards the distribution the loss assumes, and the cap bounds the variance."""
+    import torch
+
     keep = mask > 0
     delta = torch.where(keep, old_logprobs.detach() - sampler_logprobs, 0.0)
     return torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).clamp(max=cap)
@@ -54,6 +137,8 @@ def sampling_mismatch(
     """Mean and largest ``|old - sampler|`` logprob over the trained tokens: how far the
     rollouts' own logprobs are from the training side's for the same policy (precision,
     kernels, cache versus full forward). 0 only where both compute alike bit for bit."""
+    import torch
+
     keep = mask > 0
     with torch.no_grad():
         gap = torch.where(keep, (old_logprobs.detach() - sampler_logprobs).abs(), 0.0)
@@ -80,15 +165,16 @@ def policy_loss(
     ``importance_weight`` (:func:`truncated_importance_weight`) multiplies each token's
     policy term, not the KL term, as TRL applies its vLLM importance-sampling correction.
 
-    PPO-clip: ``-min(r A, clip(r, 1-eps, 1+eps_high) A)``; ``clip_fraction`` counts the
-    tokens in a clipped region (ratio below 1-eps with A < 0, or above 1+eps_high with
-    A > 0). CISPO: the importance weight ``min(r, eps_high)`` (TRL's convention: the cap
-    is ``epsilon_high`` itself) is detached and multiplies ``A log p``, so capped tokens
-    still pass gradient; ``clip_fraction`` counts the capped tokens with A > 0, as TRL's
-    ``cispo_clip_ratio`` does (so the two compare), and ``cispo_capped_fraction`` the
-    capped tokens of either sign (every token whose weight the cap lowered). With
-    ``beta > 0`` the k3 estimator of KL(policy || reference) is added.
+    The per-token policy term comes from the loss registered as ``settings.loss_type``
+    (:func:`ppo_clip`, :func:`cispo`, or one a user registered); each boolean tensor it
+    returns is logged as the fraction of trained tokens it marks. With ``beta > 0`` the
+    k3 estimator of KL(policy || reference) is added.
     """
+    import torch
+
+    chosen = get_policy_loss(settings.loss_type)
+    if chosen is None:
+        raise ValueError(f"rl.loss_type={settings.loss_type!r} is not a registered policy loss")
     # Positions outside the mask (padding, prompts, a sequence's last token) may hold
     # -inf logprobs (suppressed or filtered targets); zero them so they add exactly 0.
     keep = mask > 0
@@ -98,12 +184,7 @@ def policy_loss(
         ref_logprobs = torch.where(keep, ref_logprobs, torch.zeros_like(ref_logprobs))
     log_ratio = (logprobs - old_logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
-    if settings.loss_type == LossType.cispo:
-        weight = ratio.clamp(max=settings.epsilon_high).detach()
-        per_token = -weight * advantages * logprobs
-    else:
-        clipped = ratio.clamp(1 - settings.epsilon, 1 + settings.epsilon_high)
-        per_token = -torch.min(ratio * advantages, clipped * advantages)
+    per_token, flags = chosen.fn(ratio, logprobs, advantages, settings)
     if importance_weight is not None:
         per_token = per_token * importance_weight
     kl = torch.zeros_like(per_token)
@@ -121,20 +202,9 @@ def policy_loss(
         )
     masked = mask.sum().clamp(min=1)
     with torch.no_grad():
-        capped = None
-        if settings.loss_type == LossType.cispo:
-            capped = ratio > settings.epsilon_high
-            clipped_tokens = capped & (advantages > 0)
-        else:
-            clip_low = (ratio < 1 - settings.epsilon) & (advantages < 0)
-            clip_high = (ratio > 1 + settings.epsilon_high) & (advantages > 0)
-            clipped_tokens = clip_low | clip_high
-        stats = {
-            "kl": float((kl * mask).sum() / masked),
-            "clip_fraction": float((clipped_tokens.float() * mask).sum() / masked),
-        }
-        if capped is not None:
-            stats["cispo_capped_fraction"] = float((capped.float() * mask).sum() / masked)
+        stats = {"kl": float((kl * mask).sum() / masked), "clip_fraction": 0.0}
+        for name, tokens in flags.items():
+            stats[name] = float((tokens.float() * mask).sum() / masked)
     return loss, stats
 
 
@@ -142,6 +212,8 @@ def sft_loss(
     logprobs: torch.Tensor, mask: torch.Tensor, num_tokens: float
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Cross-entropy on masked tokens, divided by the step's token count."""
+    import torch
+
     logprobs = torch.where(mask > 0, logprobs, torch.zeros_like(logprobs))
     loss = -(logprobs * mask).sum() / num_tokens
     if not torch.isfinite(loss):

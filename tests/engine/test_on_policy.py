@@ -20,7 +20,6 @@ import torch
 from conftest_model import tiny
 from family_models import FAMILIES, load_family, save_family
 
-from art_hydra.config.schema import LossType
 from art_hydra.rl.losses import (
     PolicyLossSettings,
     policy_loss,
@@ -163,7 +162,7 @@ def test_the_importance_weight_is_trls_token_truncate() -> None:
     ref = logps + 0.2 * torch.randn(shape, generator=gen)
     advantages = torch.randn(shape, generator=gen)
     mask = (torch.rand(shape, generator=gen) > 0.2).float()
-    settings = PolicyLossSettings(LossType.ppo_clip, 0.2, 0.28, 0.04, 1.5)
+    settings = PolicyLossSettings("ppo_clip", 0.2, 0.28, 0.04, 1.5)
     weight = truncated_importance_weight(old, sampler, mask, 1.5)
     assert float(weight[mask > 0].max()) == 1.5 and float(weight[mask > 0].min()) < 1.0
     ours, _ = policy_loss(logps, old, advantages, mask, settings, float(mask.sum()), ref, weight)

@@ -8,7 +8,6 @@ import pytest
 import torch
 from conftest_model import tiny
 
-from art_hydra.config.schema import LossType
 from art_hydra.rl.advantages import group_advantages
 from art_hydra.rl.losses import (
     LOG_RATIO_CLAMP,
@@ -39,7 +38,7 @@ def test_group_advantages_by_hand() -> None:
         group_advantages([1.0, 0.0, 1.0], group_size=2, scale=True)
 
 
-def _settings(loss_type: LossType = LossType.ppo_clip, beta: float = 0.0) -> PolicyLossSettings:
+def _settings(loss_type: str = "ppo_clip", beta: float = 0.0) -> PolicyLossSettings:
     return PolicyLossSettings(loss_type=loss_type, epsilon=0.2, epsilon_high=0.28, beta=beta)
 
 
@@ -61,7 +60,7 @@ def test_cispo_by_hand_caps_at_epsilon_high_itself_and_counts_capped_tokens() ->
     logp = torch.log(torch.tensor([1.5, 2.0, 1.0, 1.5])).requires_grad_(True)
     old = torch.zeros(4)
     adv = torch.tensor([1.0, 1.0, 1.0, -1.0])
-    cispo = PolicyLossSettings(LossType.cispo, epsilon=0.2, epsilon_high=1.28, beta=0.0)
+    cispo = PolicyLossSettings("cispo", epsilon=0.2, epsilon_high=1.28, beta=0.0)
     loss, stats = policy_loss(logp, old, adv, torch.ones(4), cispo, 4.0)
     # weights (detached): 1.28, 1.28, 1.0, 1.28; loss = -(w * A * logp).mean
     expected = -(1.28 * math.log(1.5) + 1.28 * math.log(2.0) - 1.28 * math.log(1.5)) / 4

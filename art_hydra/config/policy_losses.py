@@ -1,0 +1,157 @@
+"""The policy-loss registry: the names ``rl.loss_type`` accepts and what each loss reads.
+
+A policy loss is one function, registered where it is defined with
+:func:`register_policy_loss` (re-exported by :mod:`art_hydra.rl.losses`, where the
+built-in ``ppo_clip`` and ``cispo`` register the same way)::
+
+    @register_policy_loss("my_loss", settings=("epsilon",), help="...")
+    def my_loss(ratio, logprobs, advantages, settings):
+        return per_token, {"clip_fraction": clipped_tokens}
+
+The registry holds each loss's metadata (the ``rl.*`` settings it honours, those it
+requires, the further statistics it logs) beside the function, so validation, the
+README's key table and the JSON Schema read the choices and their settings from here,
+without a branch per loss and without importing torch: the modules that register
+losses import torch only inside the functions.
+
+Losses come from three places, loaded once per process before the first lookup:
+art_hydra's own (:data:`BUILTIN_MODULES`), installed packages through the
+``art_hydra.policy_losses`` entry-point group (a module whose import registers some,
+as for validators), and any module a launcher script imported before calling
+``art_hydra.cli.main()`` (its decorators ran at import).
+
+This module is on the compose/validate path: it imports nothing heavier than the
+standard library.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+#: Entry-point group through which other packages contribute policy losses.
+ENTRY_POINT_GROUP = "art_hydra.policy_losses"
+
+#: art_hydra's own loss modules, loaded as a plugin would be (their import is torch-free).
+BUILTIN_MODULES = ("art_hydra.rl.losses",)
+
+#: The ``rl.*`` settings a loss may declare that it honours or requires.
+LOSS_SETTINGS = ("epsilon", "epsilon_high")
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """One registered loss: its function and what it reads from the ``rl`` section.
+
+    ``fn(ratio, logprobs, advantages, settings)`` returns the per-token policy term
+    (before the importance weight, the KL term and the mask) and a dict of boolean
+    per-token tensors, each logged as the fraction of trained tokens it marks
+    (``clip_fraction`` is logged as 0 when absent). ``settings`` is
+    :class:`art_hydra.rl.losses.PolicyLossSettings`.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    #: ``rl.*`` keys (of :data:`LOSS_SETTINGS`) the loss reads; setting another is inert.
+    settings: tuple[str, ...]
+    #: ``rl.*`` keys that must not be null with this loss -> the value the fix offers.
+    requires: dict[str, Any]
+    #: Why a required key is needed, in words (shown when it is null).
+    why: dict[str, str]
+    #: Statistics it logs beside ``kl`` and ``clip_fraction``.
+    metrics: tuple[str, ...]
+    help: str
+    module: str
+
+
+_losses: dict[str, PolicyLoss] = {}
+_loaded = False
+#: (where, the error) of loss modules that failed to import; validation reports them.
+_load_errors: list[tuple[str, str]] = []
+
+
+def register_policy_loss(
+    name: str,
+    *,
+    settings: tuple[str, ...] = (),
+    requires: dict[str, Any] | None = None,
+    why: dict[str, str] | None = None,
+    metrics: tuple[str, ...] = (),
+    help: str = "",
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the decorated function as the policy loss ``rl.loss_type=name``.
+
+    ``settings``: the ``rl.*`` keys (of :data:`LOSS_SETTINGS`) it reads, others being
+    reported inert; ``requires``: keys that must be set, each with the value the fix
+    offers (``why`` says why, per key); ``metrics``: the further statistics it logs;
+    ``help``: one line for reports (default: the docstring's first sentence)."""
+    requires = dict(requires or {})
+    unknown = [s for s in (*settings, *requires) if s not in LOSS_SETTINGS]
+    if unknown:
+        raise ValueError(
+            f"policy loss {name!r} declares {unknown}; a loss reads only {LOSS_SETTINGS}"
+        )
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        module = getattr(fn, "__module__", "")
+        old = _losses.get(name)
+        if old is not None and (old.module, old.fn.__qualname__) != (module, fn.__qualname__):
+            raise ValueError(
+                f"policy loss {name!r} is registered twice: by {old.module}.{old.fn.__qualname__} "
+                f"and by {module}.{fn.__qualname__}"
+            )
+        doc = help or " ".join((fn.__doc__ or "").split()).partition(". ")[0]
+        _losses[name] = PolicyLoss(
+            name, fn, tuple(settings), requires, dict(why or {}), tuple(metrics), doc, module
+        )
+        return fn
+
+    return register
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+        except Exception as exc:  # reported by validation, not a traceback
+            _load_errors.append((f"{ENTRY_POINT_GROUP}:{ep.name}={ep.value}", repr(exc)))
+
+
+def policy_losses() -> dict[str, PolicyLoss]:
+    """Every registered loss by name (built-ins first, then plugins, in load order)."""
+    _load()
+    return dict(_losses)
+
+
+def policy_loss_names() -> tuple[str, ...]:
+    """The names ``rl.loss_type`` accepts."""
+    return tuple(policy_losses())
+
+
+def policy_loss_load_errors() -> list[tuple[str, str]]:
+    """Loss plugins that failed to import: ``(entry point, error)``."""
+    _load()
+    return list(_load_errors)
+
+
+def get_policy_loss(name: Any) -> PolicyLoss | None:
+    """The loss registered as ``name`` (a string, or an Enum by its name), or None."""
+    return policy_losses().get(str(getattr(name, "name", name)))
+
+
+def nearest_policy_loss(name: str) -> str | None:
+    """The registered name closest to ``name`` (same letters in another case first)."""
+    names = policy_loss_names()
+    folded = [n for n in names if n.lower() == name.lower()]
+    close = folded or difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+    return close[0] if close else None
