@@ -32,6 +32,7 @@ from art_hydra.config.objective import (
     RL_STAT_METRICS,
     STEP_METRICS,
     ObjectiveSpec,
+    loss_metrics,
     reduce_values,
     resolve,
 )
@@ -117,7 +118,8 @@ def windowed_metrics(spec: ObjectiveSpec, rows: list[dict[str, Any]]) -> dict[st
     """Every logged metric reduced over the objective's window, as the objective is."""
     window = rows[-spec.window :] if rows else []
     out: dict[str, float] = {}
-    for name in (*STEP_METRICS, *RL_STAT_METRICS, *CONDITIONAL_METRICS):
+    names = (*STEP_METRICS, *RL_STAT_METRICS, *CONDITIONAL_METRICS, *loss_metrics())
+    for name in dict.fromkeys(names):
         values = [r[name] for r in window if _finite(r.get(name))]
         if values:
             out[name] = reduce_values(values, spec.reduce)

@@ -119,6 +119,18 @@ def logged_metrics(algorithm: AlgorithmName, cfg: Any = None) -> tuple[str, ...]
     return (*STEP_METRICS, *RL_STAT_METRICS, *_conditional(cfg))
 
 
+def loss_metrics() -> dict[str, str]:
+    """Statistics the registered policy losses declare -> the setting that logs each
+    (``algorithm=rl rl.loss_type=<the first loss declaring it>``)."""
+    from art_hydra.config.policy_losses import policy_losses
+
+    found: dict[str, str] = {}
+    for name, loss in policy_losses().items():
+        for metric in loss.metrics:
+            found.setdefault(metric, f"algorithm=rl rl.loss_type={name}")
+    return found
+
+
 def _conditional(cfg: Any) -> tuple[str, ...]:
     """The :data:`CONDITIONAL_METRICS` a composed ``cfg`` logs (none without one)."""
     if cfg is None:

@@ -29,6 +29,7 @@ from art_hydra.config.objective import (
     CONDITIONAL_METRICS,
     REWARD_NAME,
     logged_metrics,
+    loss_metrics,
     reward_metrics,
     reward_name,
 )
@@ -658,8 +659,10 @@ def objective_names_a_logged_metric(cfg: DictConfig) -> Iterator[Problem]:
     if metric in valid or (_is_rl(cfg) and metric in reward_metrics(cfg.task)):
         return
     other = next(a for a in AlgorithmName if a != algorithm)
-    if metric in CONDITIONAL_METRICS:
-        why = f"this run does not log it (only runs with {CONDITIONAL_METRICS[metric][0]} do)"
+    logged_by = CONDITIONAL_METRICS[metric][0] if metric in CONDITIONAL_METRICS else None
+    logged_by = logged_by or loss_metrics().get(metric)
+    if logged_by:
+        why = f"this run does not log it (only runs with {logged_by} do)"
     else:
         why = f"algorithm={algorithm.name} does not log it" + (
             f" (only algorithm={other.name} does)"
