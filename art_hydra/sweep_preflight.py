@@ -46,9 +46,9 @@ from art_hydra.config.problems import Kind, Problem, fix
 from art_hydra.config.structure import HYDRA_KEY, fit
 from art_hydra.config.trust import Hand, by_hand, trust_problems
 from art_hydra.preflight import (
-    ENVIRONMENT_SECTIONS,
     add_world_problems,
     environment_problems,
+    environment_sections,
     folder_problems,
     strictly,
 )
@@ -246,10 +246,9 @@ class PointChecker:
     def _environment(
         self, base: _Base, typed: DictConfig, changed: dict[str, Any], failed: frozenset[str]
     ) -> list[Problem]:
+        sections = environment_sections()
         key = tuple(
-            sorted(
-                (k, repr(v)) for k, v in changed.items() if k.split(".")[0] in ENVIRONMENT_SECTIONS
-            )
+            sorted((k, repr(v)) for k, v in changed.items() if k.split(".")[0] in sections)
         ) + tuple(sorted(failed))
         if key not in base.environment:
             base.environment[key] = environment_problems(typed, self.devices_here, failed)

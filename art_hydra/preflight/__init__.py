@@ -34,6 +34,12 @@ from art_hydra.config.trust import by_hand
 from art_hydra.preflight.common import world_problem
 from art_hydra.preflight.evaluation import evaluation_problems
 from art_hydra.preflight.model import model_problems
+from art_hydra.preflight.registry import (
+    crashed,
+    plugin_problems,
+    registered_world_checks,
+    world_check,
+)
 from art_hydra.preflight.task import task_problems
 from art_hydra.preflight.trackers import tracker_problems
 from art_hydra.safe_paths import path_refusal
@@ -95,10 +101,17 @@ ENVIRONMENT_SECTIONS = (
     "eval",
 )
 
-#: The sections each environment check reads: it is skipped when one of them holds a key
-#: composition refused and left without a readable value (put back to a ``???`` default,
-#: or an interpolation that does not resolve). A new check joins ``checks`` below with
-#: its entry here.
+
+def environment_sections() -> tuple[str, ...]:
+    """:data:`ENVIRONMENT_SECTIONS` and those registered world checks read besides."""
+    reads = (r for check in registered_world_checks().values() for r in check.reads)
+    return tuple(dict.fromkeys((*ENVIRONMENT_SECTIONS, *reads)))
+
+
+#: The sections each built-in environment check reads: it is skipped when one of them
+#: holds a key composition refused and left without a readable value (put back to a
+#: ``???`` default, or an interpolation that does not resolve). Each is registered with
+#: these as its ``reads`` (:func:`world_check`, at the end of this module).
 _READS: dict[str, tuple[str, ...]] = {
     "task": ("task", "model", "algorithm", "rl", "sft", "seed"),
     "model": ("model", "task", "algorithm", "rl", "sft"),
@@ -122,21 +135,19 @@ def environment_problems(
     skipped, and a check that still trips over a value it cannot read names that key
     (never a traceback)."""
     flawed = {_section(k) for k in failed if _unreadable_value(cfg, k)}
-    checks = (
-        ("task", task_problems),
-        ("model", model_problems),
-        ("backend", lambda c: backend_problems(c, devices_here)),
-        ("trackers", tracker_problems),
-        ("eval", evaluation_problems),
-    )
-    found: list[Problem] = []
-    for name, check in checks:
-        if flawed & set(_READS[name]):
+    found: list[Problem] = plugin_problems()
+    for check in registered_world_checks().values():
+        if flawed & set(check.reads):
             continue
         try:
-            found += check(cfg)
+            args = (cfg, devices_here) if check.devices else (cfg,)
+            found += check.fn(*args) or ()
         except OmegaConfBaseException as exc:  # a value no check could read (``???``)
             found.append(_unreadable(exc))
+        except Exception as exc:  # a plugin's bug is reported, art_hydra's own raises
+            if check.builtin:
+                raise
+            found.append(crashed(check, exc))
     return found
 
 
@@ -853,3 +864,18 @@ def _sweep_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
         if old[part] != new[part]:
             return f"its {part} overrides were {old[part]}, now {new[part]}"
     return f"its hydra.sweeper.params were {old['params']}, now {new['params']}"
+
+
+def _register_own_checks() -> None:
+    """art_hydra's own world checks, registered as a plugin's are, in the order they report."""
+    for name, check, devices in (
+        ("task", task_problems, False),
+        ("model", model_problems, False),
+        ("backend", backend_problems, True),
+        ("trackers", tracker_problems, False),
+        ("eval", evaluation_problems, False),
+    ):
+        world_check(check, name=name, reads=_READS[name], devices=devices)
+
+
+_register_own_checks()
