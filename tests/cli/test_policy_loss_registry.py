@@ -134,3 +134,38 @@ def test_an_old_run_config_with_an_enum_value_still_loads() -> None:
     saved = OmegaConf.merge(OmegaConf.structured(RunConfig), old)
     assert saved.rl.loss_type == "cispo"
     assert field_info(RLConfig, "loss_type").resume == FIXED
+
+
+PYPROJECT = """
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "acme-losses"
+version = "0.1"
+
+[project.entry-points."art_hydra.policy_losses"]
+acme = "acme_losses"
+"""
+
+
+def test_an_installed_package_registers_its_loss_through_an_entry_point(
+    cli, tmp_path: Path
+) -> None:
+    src = tmp_path / "acme_src"
+    src.mkdir()
+    (src / "acme_losses.py").write_text(textwrap.dedent(USER_LOSS))
+    (src / "pyproject.toml").write_text(PYPROJECT)
+    site = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
+    subprocess.run(
+        [*pip, "--no-build-isolation", "--target", str(site), str(src)],
+        check=True,
+        capture_output=True,
+    )
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+    proc = cli("rl.loss_type=acme_reinforce", "dry_run=true", env={"PYTHONPATH": path})
+    assert proc.returncode == 0, output_of(proc)
+    # Without the package the name is unknown.
+    assert cli("rl.loss_type=acme_reinforce", "dry_run=true").returncode == 1
