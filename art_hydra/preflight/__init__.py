@@ -85,8 +85,9 @@ def world_problems(
 
 
 #: The sections :func:`environment_problems` reads: two configs that agree on these get
-#: the same verdict (a sweep's pre-flight checks each distinct combination once). A check
-#: that reads another section must add it here, and to its entry in :data:`_READS`.
+#: the same verdict (a sweep's pre-flight checks each distinct combination once). A
+#: built-in check that reads another section must add it here, and to its entry in
+#: :data:`_READS`; a registered check's ``reads`` join them (:func:`environment_sections`).
 ENVIRONMENT_SECTIONS = (
     "task",
     "model",
