@@ -47,6 +47,12 @@ class ResumeError(CompactHydraException, FileNotFoundError):
     """``resume=true`` found nothing to resume from (a user's mistake: no traceback)."""
 
 
+class RunFolderBusy(ResumeError):
+    """Another live process holds the run folder's lock: one run per folder (a report,
+    no traceback). A :class:`ResumeError` only so that code which caught that for this
+    case, as it was raised before, still catches it."""
+
+
 #: How a report raised by ``train`` ends: nothing of the run was made.
 _JOB_FOOTER = "The run stopped before loading a model; nothing was trained."
 
@@ -278,7 +284,7 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> RunResu
             lock.acquire()
     except FolderInUse as exc:
         detach_logs(run_dir)
-        raise ResumeError(
+        raise RunFolderBusy(
             f"the run folder {run_dir} is in use by {exc}; one run per folder. Wait for it, "
             f"or choose another folder ({folder_key()}=...)"
         ) from None
@@ -334,9 +340,10 @@ def _finish_record(record: JobRecord | None, status: str, reason: str | None) ->
     return value
 
 
-class _Ranked:
+class _ProducerStates:
     """The producers' states of every rank as one component of a checkpoint: rank 0
-    writes them all; on resume each rank takes back its own."""
+    writes them all (``gathered`` before each save); on resume each rank takes back its
+    own. One process: its producer's state as it is."""
 
     def __init__(self, producer: Any, world: Any, gathered: list[Any] | None = None) -> None:
         self.producer, self.world, self.gathered = producer, world, gathered
@@ -412,10 +419,10 @@ def _train_locked(
     evaluator = Evaluator.for_run(cfg, producer, trainer.loaded, world)
     if evaluator is not None:
         log.info("%s", evaluator.describe())
-    ranked = _Ranked(producer, world)
+    producer_states = _ProducerStates(producer, world)
     # One process saves the producer's own state; the ranks save theirs together. Both
-    # load through _Ranked, which refuses a checkpoint of another number of ranks.
-    components = {"trainer": trainer, "producer": ranked}
+    # load through _ProducerStates, which refuses a checkpoint of another number of ranks.
+    components = {"trainer": trainer, "producer": producer_states}
     checkpoints = Checkpointer(run_dir, cfg.checkpoint, cfg.timeouts.checkpoint_s)
     start_step = 0
     # resume=true, or resume=auto where the run has a checkpoint (auto clears the records
@@ -442,7 +449,7 @@ def _train_locked(
             record.steps = start_step
     # What this invocation adds to the folder: removed again if it stops before its
     # first checkpoint, so the printed command can start the run afresh there.
-    records = _Records(run_dir, fresh=not resuming and world.is_main)
+    records = _FreshRecords(run_dir, fresh=not resuming and world.is_main)
     saved_step = start_step if resuming else None
 
     def forget_unsaved() -> str:
@@ -472,16 +479,19 @@ def _train_locked(
         else NoRecord()
     )
     channel = StepChannel(cfg.queue, trainer.train_micro, cfg.timeouts.step_s)
-    # Sampling and scoring are each bounded inside; this bounds the whole of it.
-    bound = cfg.timeouts.rollout_s + cfg.timeouts.reward_s
+    # Sampling and scoring are each bounded inside; this bounds the whole of making a
+    # step's inputs (and each wait for the slowest rank's).
+    sample_and_score_s = cfg.timeouts.rollout_s + cfg.timeouts.reward_s
     ahead = None
     if is_rl and cfg.rl.overlap_rollouts:
         from art_hydra.producer import RolloutsAhead
 
         # Sampling and training run at once: half the cores each.
         threads = max(1, torch.get_num_threads() // 2)
-        channel.produce(lambda: torch.set_num_threads(threads), "sizing its threads", bound)
-        ahead = RolloutsAhead(producer, threads, bound)
+        channel.run_on_trainer_thread(
+            lambda: torch.set_num_threads(threads), "sizing its threads", sample_and_score_s
+        )
+        ahead = RolloutsAhead(producer, threads, sample_and_score_s)
     last: dict[str, Any] = {}
     # The producer's and the process's random states after the last finished step that
     # no checkpoint holds: after a stop request a failing step can still save that step.
@@ -492,7 +502,7 @@ def _train_locked(
     def save(step: int) -> None:
         with channel.producer_phase(f"writing checkpoint step {step}"):
             if world.enabled:
-                ranked.gathered = _control(
+                producer_states.gathered = _across_ranks(
                     world,
                     cfg,
                     "gathering the producers' states",
@@ -502,7 +512,7 @@ def _train_locked(
             if world.is_main:
                 checkpoints.save(step, components, trainer.loaded)
             # The other ranks wait for rank 0's write (named by the barrier if it dies).
-            _control(
+            _across_ranks(
                 world,
                 cfg,
                 f"waiting for checkpoint step {step}",
@@ -516,20 +526,28 @@ def _train_locked(
         taken up at the next), so every rank stops at the same step, in step."""
         return stop.agreed if world.enabled else stop.requested
 
-    def in_step(what: str) -> None:
-        """Across ranks, wait for the slowest rank's sampling and scoring (bounded by
-        their own timeouts) before the step's collectives, whose own bound is only
-        distributed.timeout_s."""
+    def inputs_barrier(what: str) -> None:
+        """The barrier after each rank made its step's inputs: across ranks, wait for
+        the slowest rank's sampling and scoring (bounded by their own timeouts) before
+        the step's collectives, whose own bound is only distributed.timeout_s."""
         if world.enabled:
-            _control(world, cfg, what, distributed.barrier, bound + cfg.distributed.timeout_s)
+            _across_ranks(
+                world,
+                cfg,
+                what,
+                distributed.barrier,
+                sample_and_score_s + cfg.distributed.timeout_s,
+            )
 
     # ---- loop ------------------------------------------------------------------------
     try:
         if cfg.trainer.warmup_pass and start_step == 0:
             _sampling_for(producer, 0)
-            first = channel.produce(producer.make_inputs, "making the warmup input", bound)[0]
+            first = channel.run_on_trainer_thread(
+                producer.make_inputs, "making the warmup input", sample_and_score_s
+            )[0]
             first.warmup = True
-            in_step("waiting for the other ranks' warmup inputs")
+            inputs_barrier("waiting for the other ranks' warmup inputs")
             channel.put(first)
             channel.result(step=0)
         for step in range(start_step + 1, cfg.trainer.max_steps + 1):
@@ -538,11 +556,11 @@ def _train_locked(
             handed = False
             started = time.perf_counter()
             _sampling_for(producer, step)
-            inputs = channel.produce(
-                producer.make_inputs, f"making the inputs of step {step}", bound
+            inputs = channel.run_on_trainer_thread(
+                producer.make_inputs, f"making the inputs of step {step}", sample_and_score_s
             )
             if world.enabled:
-                in_step(f"waiting for the other ranks' inputs of step {step}")
+                inputs_barrier(f"waiting for the other ranks' inputs of step {step}")
                 _normalise_over_ranks(world, cfg, inputs)
             handed = True
             for item in inputs:
@@ -555,7 +573,7 @@ def _train_locked(
                 ahead.wait()
                 producer.refresh_sampler()
             elapsed = time.perf_counter() - started
-            last = _record(result, elapsed)
+            last = _step_metrics(result, elapsed)
             if world.enabled:
                 last = _combine(world, cfg, result, last, stop)
             eval_samples: list[dict[str, Any]] = []
@@ -683,8 +701,8 @@ class NoRecord:
         pass
 
 
-def _record(result: Any, elapsed: float) -> dict[str, Any]:
-    """One step's metrics on this rank."""
+def _step_metrics(result: Any, elapsed: float) -> dict[str, Any]:
+    """One step's metrics on this rank (its line in the run's record)."""
     return {
         "step": result.step,
         "reward_mean": result.info.get("reward_mean"),
@@ -714,8 +732,10 @@ def _sampling_for(producer: Any, step: int) -> None:
         producer.step = step
 
 
-def _control(world: Any, cfg: DictConfig, what: str, collective: Any, *args: Any) -> Any:
-    """A control collective; its failure names the ranks that did not answer."""
+def _across_ranks(world: Any, cfg: DictConfig, what: str, collective: Any, *args: Any) -> Any:
+    """``collective(world, *args)``, one call every rank makes in the same order (a sum,
+    a gather, a barrier); its failure names the ranks that did not answer (``what``: what
+    they were doing)."""
     from art_hydra import distributed
 
     try:
@@ -735,7 +755,7 @@ def _normalise_over_ranks(world: Any, cfg: DictConfig, inputs: list[Any]) -> Non
     from art_hydra import distributed
 
     local = inputs[0].step_loss_tokens or sum(item.loss_tokens for item in inputs)
-    (total,) = _control(world, cfg, "counting the step's tokens", distributed.all_sum, [local])
+    (total,) = _across_ranks(world, cfg, "counting the step's tokens", distributed.all_sum, [local])
     for item in inputs:
         item.step_loss_tokens = total / world.size
 
@@ -748,7 +768,7 @@ def _combine(world: Any, cfg: DictConfig, result: Any, last: dict[str, Any], sto
     n = float(result.info.get("completions", 0.0))
     tokens = float(result.loss_tokens)
     mean, std = last["reward_mean"] or 0.0, last["reward_std"] or 0.0
-    sums = _control(
+    sums = _across_ranks(
         world,
         cfg,
         "combining the step's metrics",
@@ -804,7 +824,7 @@ def _combine_stats(world: Any, cfg: DictConfig, result: Any) -> dict[str, float]
     tokens = float(result.loss_tokens)
     found: dict[str, float] = {}
     if means:
-        sums = _control(
+        sums = _across_ranks(
             world,
             cfg,
             "combining the loss statistics",
@@ -813,7 +833,7 @@ def _combine_stats(world: Any, cfg: DictConfig, result: Any) -> dict[str, float]
         )
         found.update({k: v / max(sums[0], 1.0) for k, v in zip(means, sums[1:], strict=True)})
     if maxima:
-        largest = _control(
+        largest = _across_ranks(
             world,
             cfg,
             "combining the loss maxima",
@@ -839,7 +859,7 @@ def _combine_rewards(world: Any, cfg: DictConfig, last: dict[str, Any]) -> dict[
         parts += [n, n * mean, n * (std**2 + mean**2)]
     if not parts:
         return {}
-    sums = _control(world, cfg, "combining the rewards' metrics", distributed.all_sum, parts)
+    sums = _across_ranks(world, cfg, "combining the rewards' metrics", distributed.all_sum, parts)
     found: dict[str, Any] = {}
     for i, name in enumerate(names):
         n, total, squares = sums[3 * i : 3 * i + 3]
@@ -954,7 +974,7 @@ def _seed_numpy(seed: int) -> None:
     numpy.random.seed(seed % 2**32)
 
 
-class _Records:
+class _FreshRecords:
     """The run's record files a fresh run creates in its folder, so that a run stopped
     before its first checkpoint can remove them again: the folder then holds no run (the
     pre-flight's test) and the printed command starts it afresh. Files that were there
