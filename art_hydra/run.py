@@ -380,40 +380,16 @@ def _train_locked(
     cfg: DictConfig, run_dir: Path, stop: Any, world: Any, record: JobRecord | None = None
 ) -> dict[str, Any]:
     # ---- setup -----------------------------------------------------------------------
-    import random
-
     import torch
-    from transformers.utils import logging as hf_logging
 
-    from art_hydra import distributed, run_folder, run_identity
+    from art_hydra import run_folder, run_identity
     from art_hydra.checkpoint import Checkpointer
-    from art_hydra.metrics import MetricsLog, plot_curve
     from art_hydra.queue import StepChannel
 
-    hf_logging.disable_progress_bar()  # our own bar, and quiet logs
-    if world.is_main:  # once per run: a busy CPU with torch's default thread count
-        from art_hydra.backends.torch_backend import resolve_device
-        from art_hydra.cpu_load import warn_if_busy
-
-        warn_if_busy(resolve_device(cfg.backend.device).type, cfg.backend.cpu_threads)
-    if cfg.backend.cpu_threads is not None:
-        # Before the trainer's thread starts: it takes this count at its first torch op.
-        torch.set_num_threads(cfg.backend.cpu_threads)
-    # Fresh runs start every process-wide generator from the seed (a reward may draw from
-    # Python's or NumPy's); a resume then restores them from the checkpoint.
-    random.seed(cfg.seed)
-    _seed_numpy(cfg.seed)
-    torch.manual_seed(cfg.seed)
+    _prepare_process(cfg, world)
     is_rl = cfg.algorithm.name == AlgorithmName.rl
     trainer, producer = build_trainer_and_producer(cfg, world)
-    if world.is_main:  # what trains, where, on what, how: in plain words
-        from art_hydra.start_summary import log_start_summary
-
-        parameters = parameter_line(cfg, trainer.model)
-        threads = torch.get_num_threads()
-        log_start_summary(cfg, trainer.loaded, producer.task, parameters, world.size, threads)
-    else:
-        log.info("%s", parameter_line(cfg, trainer.model))
+    _log_what_trains(cfg, world, trainer, producer)
     from art_hydra.evaluation import Evaluator
 
     evaluator = Evaluator.for_run(cfg, producer, trainer.loaded, world)
@@ -429,24 +405,7 @@ def _train_locked(
     # of a run that ended before its first checkpoint, under this lock, and starts afresh).
     resuming = run_folder.start_resumed(cfg, run_dir, clear=world.is_main)
     if resuming:
-        latest, skipped = checkpoints.latest()
-        for reason in skipped:
-            log.warning("skipped a checkpoint that does not verify: %s", reason)
-        if latest is None:
-            raise ResumeError(
-                f"resume={cfg.resume} but {checkpoints.root} holds no intact checkpoint; "
-                f"point {run_folder.folder_key()} at the run to resume, or drop resume=true"
-            )
-        start_step = checkpoints.load(latest, components, trainer.loaded)
-        if is_rl:
-            producer.refresh_sampler()  # the sampler samples from the weights resumed
-        log.info("resumed from %s (step %d)", latest, start_step)
-        saved = run_folder.saved_config(run_dir)
-        changed = run_folder.differences(saved, cfg) if saved is not None else []
-        if world.is_main:
-            run_folder.record_resume(run_dir, start_step, changed)
-        if record is not None:
-            record.steps = start_step
+        start_step = _resume(cfg, run_dir, world, checkpoints, components, record)
     # What this invocation adds to the folder: removed again if it stops before its
     # first checkpoint, so the printed command can start the run afresh there.
     records = _FreshRecords(run_dir, fresh=not resuming and world.is_main)
@@ -465,23 +424,9 @@ def _train_locked(
     if world.is_main:
         run_folder.write_run_config(run_dir, cfg)
         run_identity.record(cfg, run_dir)
-    # Rank 0 alone writes the run's record; the others measure and report to it.
-    metrics = (
-        MetricsLog(
-            run_dir,
-            cfg.logging,
-            cfg.trainer.max_steps,
-            resume_step=start_step if resuming else None,
-            algorithm=cfg.algorithm.name,
-            config=cfg,
-        )
-        if world.is_main
-        else NoRecord()
-    )
+    metrics = _metrics_log(cfg, run_dir, world, start_step if resuming else None)
     channel = StepChannel(cfg.queue, trainer.train_micro, cfg.timeouts.step_s)
-    # Sampling and scoring are each bounded inside; this bounds the whole of making a
-    # step's inputs (and each wait for the slowest rank's).
-    sample_and_score_s = cfg.timeouts.rollout_s + cfg.timeouts.reward_s
+    sample_and_score_s = _sample_and_score_s(cfg)
     ahead = None
     if is_rl and cfg.rl.overlap_rollouts:
         from art_hydra.producer import RolloutsAhead
@@ -499,46 +444,6 @@ def _train_locked(
     handed = False  # whether the step in progress has given the trainer its inputs
     failure: Exception | None = None
 
-    def save(step: int) -> None:
-        with channel.producer_phase(f"writing checkpoint step {step}"):
-            if world.enabled:
-                producer_states.gathered = _across_ranks(
-                    world,
-                    cfg,
-                    "gathering the producers' states",
-                    distributed.gather_objects,
-                    producer.state_dict(),
-                )
-            if world.is_main:
-                checkpoints.save(step, components, trainer.loaded)
-            # The other ranks wait for rank 0's write (named by the barrier if it dies).
-            _across_ranks(
-                world,
-                cfg,
-                f"waiting for checkpoint step {step}",
-                distributed.barrier,
-                cfg.timeouts.checkpoint_s + cfg.distributed.timeout_s,
-            )
-
-    def stopping() -> bool:
-        """Whether to stop: alone, a signal seen; across ranks, only what the ranks
-        agreed at the last step's combine (a signal that lands on one rank after it is
-        taken up at the next), so every rank stops at the same step, in step."""
-        return stop.agreed if world.enabled else stop.requested
-
-    def inputs_barrier(what: str) -> None:
-        """The barrier after each rank made its step's inputs: across ranks, wait for
-        the slowest rank's sampling and scoring (bounded by their own timeouts) before
-        the step's collectives, whose own bound is only distributed.timeout_s."""
-        if world.enabled:
-            _across_ranks(
-                world,
-                cfg,
-                what,
-                distributed.barrier,
-                sample_and_score_s + cfg.distributed.timeout_s,
-            )
-
     # ---- loop ------------------------------------------------------------------------
     try:
         if cfg.trainer.warmup_pass and start_step == 0:
@@ -547,11 +452,11 @@ def _train_locked(
                 producer.make_inputs, "making the warmup input", sample_and_score_s
             )[0]
             first.warmup = True
-            inputs_barrier("waiting for the other ranks' warmup inputs")
+            _inputs_barrier(world, cfg, "waiting for the other ranks' warmup inputs")
             channel.put(first)
             channel.result(step=0)
         for step in range(start_step + 1, cfg.trainer.max_steps + 1):
-            if stopping():
+            if _stopping(stop, world):
                 break
             handed = False
             started = time.perf_counter()
@@ -560,7 +465,7 @@ def _train_locked(
                 producer.make_inputs, f"making the inputs of step {step}", sample_and_score_s
             )
             if world.enabled:
-                inputs_barrier(f"waiting for the other ranks' inputs of step {step}")
+                _inputs_barrier(world, cfg, f"waiting for the other ranks' inputs of step {step}")
                 _normalise_over_ranks(world, cfg, inputs)
             handed = True
             for item in inputs:
@@ -581,25 +486,17 @@ def _train_locked(
                 with channel.producer_phase(f"evaluating at step {step}"):
                     found, eval_samples = evaluator.evaluate(step)
                 last.update(found)  # eval/* keys join the step's metric line
-            try:
-                metrics.log(last)
-                metrics.log_samples(step, inputs[0].samples)
-                if eval_samples:
-                    metrics.log_eval_samples(step, eval_samples)
-            except OSError as exc:
-                raise WriteError(
-                    f"writing the run's record failed at step {step}: {exc}. "
-                    + _resume_hint(run_dir, saved_step)
-                ) from exc
+            _write_step(metrics, step, last, inputs[0].samples, eval_samples, run_dir, saved_step)
             if record is not None:
                 record.steps = step
-            if checkpoints.due(step, cfg.trainer.max_steps) or stopping():
-                save(step)
+            if checkpoints.due(step, cfg.trainer.max_steps) or _stopping(stop, world):
+                _save_checkpoint(cfg, world, channel, checkpoints, components, step)
                 saved_step = step
             elif not world.enabled:
                 finished = _LastStep.take(step, producer)
-        if stopping() and trainer.step > 0 and saved_step != trainer.step:
-            save(trainer.step)  # the signal came between the step's check and the next
+        if _stopping(stop, world) and trainer.step > 0 and saved_step != trainer.step:
+            # The signal came between the step's check and the next.
+            _save_checkpoint(cfg, world, channel, checkpoints, components, trainer.step)
             saved_step = trainer.step
     except Exception as exc:
         # A step that fails after a stop request (a reward past its bound): the stop
@@ -620,18 +517,208 @@ def _train_locked(
         assert finished is not None
         finished.save(checkpoints, trainer)
         saved_step = trainer.step
-    if complete and failure is None and stopping():
+    if complete and failure is None and _stopping(stop, world):
         log.info(
             "%s came after the last step (%d of %d): the run is finished",
             stop.name,
             trainer.step,
             cfg.trainer.max_steps,
         )
-    elif stopping() or failure is not None:
+    elif _stopping(stop, world) or failure is not None:
         if saved_step is None and records.forget():
             log.info("no checkpoint was written: removed this run's records from %s", run_dir)
         message = _stopped_message(cfg, run_dir, stop.name, saved_step, world.size, failure)
         raise Interrupted(_in_log_files(message), stop.exit_code) from failure
+    return _finished_summary(cfg, run_dir, world, trainer, producer, evaluator, record, last)
+
+
+def _prepare_process(cfg: DictConfig, world: Any) -> None:
+    """Process-wide settings before the model loads: quiet library logs, torch's thread
+    count (and a warning for a busy CPU), every generator seeded."""
+    import random
+
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own bar, and quiet logs
+    if world.is_main:  # once per run: a busy CPU with torch's default thread count
+        from art_hydra.backends.torch_backend import resolve_device
+        from art_hydra.cpu_load import warn_if_busy
+
+        warn_if_busy(resolve_device(cfg.backend.device).type, cfg.backend.cpu_threads)
+    if cfg.backend.cpu_threads is not None:
+        # Before the trainer's thread starts: it takes this count at its first torch op.
+        torch.set_num_threads(cfg.backend.cpu_threads)
+    # Fresh runs start every process-wide generator from the seed (a reward may draw from
+    # Python's or NumPy's); a resume then restores them from the checkpoint.
+    random.seed(cfg.seed)
+    _seed_numpy(cfg.seed)
+    torch.manual_seed(cfg.seed)
+
+
+def _log_what_trains(cfg: DictConfig, world: Any, trainer: Any, producer: Any) -> None:
+    """What trains, where, on what, how: in plain words (rank 0); the other ranks log
+    their parameter line."""
+    import torch
+
+    if world.is_main:
+        from art_hydra.start_summary import log_start_summary
+
+        parameters = parameter_line(cfg, trainer.model)
+        threads = torch.get_num_threads()
+        log_start_summary(cfg, trainer.loaded, producer.task, parameters, world.size, threads)
+    else:
+        log.info("%s", parameter_line(cfg, trainer.model))
+
+
+def _resume(
+    cfg: DictConfig,
+    run_dir: Path,
+    world: Any,
+    checkpoints: Any,
+    components: dict[str, Any],
+    record: JobRecord | None,
+) -> int:
+    """Load the latest intact checkpoint into ``components`` (the trainer and the
+    producers' states) and note the resume in the run folder; returns its step."""
+    from art_hydra import run_folder
+
+    trainer, producer = components["trainer"], components["producer"].producer
+    latest, skipped = checkpoints.latest()
+    for reason in skipped:
+        log.warning("skipped a checkpoint that does not verify: %s", reason)
+    if latest is None:
+        raise ResumeError(
+            f"resume={cfg.resume} but {checkpoints.root} holds no intact checkpoint; "
+            f"point {run_folder.folder_key()} at the run to resume, or drop resume=true"
+        )
+    start_step = checkpoints.load(latest, components, trainer.loaded)
+    if cfg.algorithm.name == AlgorithmName.rl:
+        producer.refresh_sampler()  # the sampler samples from the weights resumed
+    log.info("resumed from %s (step %d)", latest, start_step)
+    saved = run_folder.saved_config(run_dir)
+    changed = run_folder.differences(saved, cfg) if saved is not None else []
+    if world.is_main:
+        run_folder.record_resume(run_dir, start_step, changed)
+    if record is not None:
+        record.steps = start_step
+    return start_step
+
+
+def _metrics_log(cfg: DictConfig, run_dir: Path, world: Any, resume_step: int | None) -> Any:
+    """Rank 0 alone writes the run's record; the others measure and report to it."""
+    from art_hydra.metrics import MetricsLog
+
+    if not world.is_main:
+        return NoRecord()
+    return MetricsLog(
+        run_dir,
+        cfg.logging,
+        cfg.trainer.max_steps,
+        resume_step=resume_step,
+        algorithm=cfg.algorithm.name,
+        config=cfg,
+    )
+
+
+def _sample_and_score_s(cfg: DictConfig) -> float:
+    """The bound on making a step's inputs: sampling and scoring are each bounded
+    inside (``timeouts.rollout_s``, ``timeouts.reward_s``); this bounds the whole."""
+    return cfg.timeouts.rollout_s + cfg.timeouts.reward_s
+
+
+def _stopping(stop: Any, world: Any) -> bool:
+    """Whether to stop: alone, a signal seen; across ranks, only what the ranks agreed
+    at the last step's combine (a signal that lands on one rank after it is taken up at
+    the next), so every rank stops at the same step, in step."""
+    return stop.agreed if world.enabled else stop.requested
+
+
+def _inputs_barrier(world: Any, cfg: DictConfig, what: str) -> None:
+    """The barrier after each rank made its step's inputs: across ranks, wait for the
+    slowest rank's sampling and scoring (bounded by their own timeouts) before the
+    step's collectives, whose own bound is only distributed.timeout_s. One process:
+    nothing to wait for."""
+    from art_hydra import distributed
+
+    if world.enabled:
+        timeout_s = _sample_and_score_s(cfg) + cfg.distributed.timeout_s
+        _across_ranks(world, cfg, what, distributed.barrier, timeout_s)
+
+
+def _save_checkpoint(
+    cfg: DictConfig,
+    world: Any,
+    channel: Any,
+    checkpoints: Any,
+    components: dict[str, Any],
+    step: int,
+) -> None:
+    """Write checkpoint ``step``: the ranks' producer states gathered to rank 0, which
+    writes it; every rank then waits for that write (a declared phase, so the trainer's
+    wait for an input does not run out meanwhile)."""
+    from art_hydra import distributed
+
+    producer_states, trainer = components["producer"], components["trainer"]
+    with channel.producer_phase(f"writing checkpoint step {step}"):
+        if world.enabled:
+            producer_states.gathered = _across_ranks(
+                world,
+                cfg,
+                "gathering the producers' states",
+                distributed.gather_objects,
+                producer_states.producer.state_dict(),
+            )
+        if world.is_main:
+            checkpoints.save(step, components, trainer.loaded)
+        # The other ranks wait for rank 0's write (named by the barrier if it dies).
+        _across_ranks(
+            world,
+            cfg,
+            f"waiting for checkpoint step {step}",
+            distributed.barrier,
+            cfg.timeouts.checkpoint_s + cfg.distributed.timeout_s,
+        )
+
+
+def _write_step(
+    metrics: Any,
+    step: int,
+    last: dict[str, Any],
+    samples: Any,
+    eval_samples: list[dict[str, Any]],
+    run_dir: Path,
+    saved_step: int | None,
+) -> None:
+    """The step's metric line and samples into the run's record; a failed write (a full
+    disk) stops the run saying what to resume from."""
+    try:
+        metrics.log(last)
+        metrics.log_samples(step, samples)
+        if eval_samples:
+            metrics.log_eval_samples(step, eval_samples)
+    except OSError as exc:
+        raise WriteError(
+            f"writing the run's record failed at step {step}: {exc}. "
+            + _resume_hint(run_dir, saved_step)
+        ) from exc
+
+
+def _finished_summary(
+    cfg: DictConfig,
+    run_dir: Path,
+    world: Any,
+    trainer: Any,
+    producer: Any,
+    evaluator: Any,
+    record: JobRecord | None,
+    last: dict[str, Any],
+) -> dict[str, Any]:
+    """A finished run's summary (the plot drawn on rank 0), and its closing lines: the
+    result and the commands to try the model."""
+    from art_hydra.metrics import plot_curve
+
+    is_rl = cfg.algorithm.name == AlgorithmName.rl
     plot = (
         plot_curve(
             run_dir,
