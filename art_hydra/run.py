@@ -836,12 +836,13 @@ def _normalise_over_ranks(world: Any, cfg: DictConfig, inputs: list[Any]) -> Non
     ranks, since DDP averages): the step then equals one process on the global batch.
 
     The local count is the producer's own denominator, which every input of a step
-    carries: the step's tokens (SFT's accumulated micro-batches, an RL mini-batch), or,
-    with rl.steps_per_generation > 1, the generation batch's tokens divided by it; summed
-    over the ranks that is TRL's ``num_items_in_batch`` rescaled the same way."""
+    carries (set once, by ``packing.one_step``): the step's tokens (SFT's accumulated
+    micro-batches, an RL mini-batch), or, with rl.steps_per_generation > 1, the generation
+    batch's tokens divided by it; summed over the ranks that is TRL's
+    ``num_items_in_batch`` rescaled the same way."""
     from art_hydra import distributed
 
-    local = inputs[0].step_loss_tokens or sum(item.loss_tokens for item in inputs)
+    local = inputs[0].step_loss_tokens
     (total,) = _across_ranks(world, cfg, "counting the step's tokens", distributed.all_sum, [local])
     for item in inputs:
         item.step_loss_tokens = total / world.size
