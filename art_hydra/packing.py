@@ -108,6 +108,8 @@ class PackedBatch:
     #: What the loss sum is divided by: the trained-on tokens of the whole optimizer
     #: step this micro-batch belongs to (with rl.steps_per_generation > 1, the
     #: generation batch's divided by it; across ranks, see run._normalise_over_ranks).
+    #: Set once, where the step's work is made (:func:`one_step`); :func:`pack` starts
+    #: it at the batch's own count (a batch alone is a whole step).
     step_loss_tokens: float = 0.0
     #: A warmup pass: forward/backward only, no weight or optimizer change.
     warmup: bool = False
@@ -414,6 +416,7 @@ def pack(
         old_logprobs=old_logprobs,
         real_tokens=sum(fill),
         layout=layout,
+        step_loss_tokens=float(loss_mask.sum()),
         sees_ids=None if sees is None else torch.tensor(sees, dtype=torch.long).view(shape),
         sampler_logprobs=(
             torch.tensor(sampler).view(shape)
@@ -421,3 +424,16 @@ def pack(
             else None
         ),
     )
+
+
+def one_step(batches: list[PackedBatch], loss_tokens: float | None = None) -> list[PackedBatch]:
+    """``batches``, the micro-batches of one optimizer step, each carrying the step's loss
+    denominator: ``loss_tokens`` where the producer knows it (RL: its generation batch's
+    share), else the trained-on tokens of them all. The one place a producer sets it; the
+    trainer divides by it and never counts again, and across ranks
+    ``run._normalise_over_ranks`` sums it."""
+    if loss_tokens is None:
+        loss_tokens = sum(b.loss_tokens for b in batches)
+    for batch in batches:
+        batch.step_loss_tokens = loss_tokens
+    return batches

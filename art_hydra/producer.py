@@ -19,7 +19,7 @@ import torch
 
 from art_hydra.distributed import World, seed_for
 from art_hydra.errors import InvalidDistributionError, StallError
-from art_hydra.packing import PackedBatch, Sequence, completion_values, pack
+from art_hydra.packing import PackedBatch, Sequence, completion_values, one_step, pack
 from art_hydra.rl.advantages import group_advantages
 from art_hydra.rl.sampling import SamplingSettings, sample
 from art_hydra.tasks import Example, Task, TaskDataError
@@ -320,9 +320,7 @@ class RLProducer:
         mini = self.pending.pop(0)
         pad = self.loaded.tokenizer.pad_token_id
         batch = pack(mini.sequences, self.capacity, pad, self.loaded.layout, self.share_prompts)
-        batch.step_loss_tokens = mini.loss_denominator(
-            self.rl.steps_per_generation, batch.loss_tokens
-        )
+        one_step([batch], mini.loss_denominator(self.rl.steps_per_generation, batch.loss_tokens))
         batch.on_policy = self.on_policy
         batch.info = dict(mini.info)
         batch.samples = list(mini.samples)
@@ -373,7 +371,7 @@ class RLProducer:
                 scores.none_all,
                 len(rewards),
             )
-        advantages, _ = group_advantages(rewards, n, self.rl.scale_rewards)
+        advantages, zero_spread = group_advantages(rewards, n, self.rl.scale_rewards)
         sequences = [
             Sequence(tokens=p + c, prompt_len=len(p), advantage=a, sampler_logprobs=lp)
             for p, c, a, lp in zip(repeated, completions, advantages, logprobs, strict=True)
@@ -390,6 +388,7 @@ class RLProducer:
                 rewards[start : start + size],
                 completions[start : start + size],
                 _part(scores, start, start + size),
+                zero_spread[start // n : (start + size) // n],
             )
             for start in range(0, len(sequences), size)
         ]
@@ -429,17 +428,17 @@ class RLProducer:
         rewards: list[float],
         completions: list[list[int]],
         per_reward: dict[str, list[float | None]],
+        zero_spread: list[bool],
     ) -> MiniBatch:
+        """Whole groups of a generation batch (``zero_spread``: which of them have
+        rewards all equal, as the advantages found) with the metrics reported for them."""
         n = self.rl.num_generations
         mean = sum(rewards) / len(rewards)
         std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
-        zero_groups = sum(
-            max(rewards[g : g + n]) == min(rewards[g : g + n]) for g in range(0, len(rewards), n)
-        )
         info = {
             "reward_mean": mean,
             "reward_std": std,
-            "zero_std_groups": float(zero_groups),
+            "zero_std_groups": float(sum(zero_spread)),
             "completion_length": sum(len(c) for c in completions) / len(completions),
             "completions": float(len(completions)),
             **reward_metrics(per_reward),
@@ -591,9 +590,7 @@ class SFTProducer:
             )
             for examples in rows
         ]
-        total = sum(b.loss_tokens for b in micro)
-        for b in micro:
-            b.step_loss_tokens = total
+        one_step(micro)
         # The step's first rows as samples (completions.jsonl): what it trained on.
         trained = [ex for examples in rows for ex in examples][: self.log_completions]
         micro[0].samples = [{"prompt": ex.prompt, "reference": ex.answer} for ex in trained]

@@ -28,11 +28,11 @@ The protocol has one producer thread: ``put`` and ``result`` are called from it,
 concurrently (another thread putting while ``result`` waits would look like a deadlock).
 
 All torch work runs on the trainer's thread: the producer hands its own (sampling,
-packing) over with :meth:`StepChannel.produce` and waits for it, bounded. On the CPU each
-OS thread that runs torch ops gets an OpenMP team of its own, and two teams taking turns
-on the same cores cost the default run 40% of its speed (teams spin and hand off caches);
-one compute thread keeps one team. The producer's thread keeps the protocol, the clocks,
-signals and the run's record.
+packing) over with :meth:`StepChannel.run_on_trainer_thread` and waits for it, bounded.
+On the CPU each OS thread that runs torch ops gets an OpenMP team of its own, and two
+teams taking turns on the same cores cost the default run 40% of its speed (teams spin
+and hand off caches); one compute thread keeps one team. The producer's thread keeps the
+protocol, the clocks, signals and the run's record.
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ class StepChannel:
         self._cond.notify_all()
 
     # -- producer side ------------------------------------------------------------
-    def produce(self, fn: Callable[[], Any], what: str, timeout_s: float) -> Any:
+    def run_on_trainer_thread(self, fn: Callable[[], Any], what: str, timeout_s: float) -> Any:
         """``fn()`` run on the trainer's thread (the producer's torch work: sampling,
         packing), waited for at most ``timeout_s``; its exception is re-raised here. The
         trainer's wait for an input does not run out meanwhile."""

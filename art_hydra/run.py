@@ -47,6 +47,12 @@ class ResumeError(CompactHydraException, FileNotFoundError):
     """``resume=true`` found nothing to resume from (a user's mistake: no traceback)."""
 
 
+class RunFolderBusy(ResumeError):
+    """Another live process holds the run folder's lock: one run per folder (a report,
+    no traceback). A :class:`ResumeError` only so that code which caught that for this
+    case, as it was raised before, still catches it."""
+
+
 #: How a report raised by ``train`` ends: nothing of the run was made.
 _JOB_FOOTER = "The run stopped before loading a model; nothing was trained."
 
@@ -278,7 +284,7 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> RunResu
             lock.acquire()
     except FolderInUse as exc:
         detach_logs(run_dir)
-        raise ResumeError(
+        raise RunFolderBusy(
             f"the run folder {run_dir} is in use by {exc}; one run per folder. Wait for it, "
             f"or choose another folder ({folder_key()}=...)"
         ) from None
@@ -334,9 +340,10 @@ def _finish_record(record: JobRecord | None, status: str, reason: str | None) ->
     return value
 
 
-class _Ranked:
+class _ProducerStates:
     """The producers' states of every rank as one component of a checkpoint: rank 0
-    writes them all; on resume each rank takes back its own."""
+    writes them all (``gathered`` before each save); on resume each rank takes back its
+    own. One process: its producer's state as it is."""
 
     def __init__(self, producer: Any, world: Any, gathered: list[Any] | None = None) -> None:
         self.producer, self.world, self.gathered = producer, world, gathered
@@ -373,76 +380,35 @@ def _train_locked(
     cfg: DictConfig, run_dir: Path, stop: Any, world: Any, record: JobRecord | None = None
 ) -> dict[str, Any]:
     # ---- setup -----------------------------------------------------------------------
-    import random
-
     import torch
-    from transformers.utils import logging as hf_logging
 
-    from art_hydra import distributed, run_folder, run_identity
+    from art_hydra import run_folder, run_identity
     from art_hydra.checkpoint import Checkpointer
-    from art_hydra.metrics import MetricsLog, plot_curve
     from art_hydra.queue import StepChannel
 
-    hf_logging.disable_progress_bar()  # our own bar, and quiet logs
-    if world.is_main:  # once per run: a busy CPU with torch's default thread count
-        from art_hydra.backends.torch_backend import resolve_device
-        from art_hydra.cpu_load import warn_if_busy
-
-        warn_if_busy(resolve_device(cfg.backend.device).type, cfg.backend.cpu_threads)
-    if cfg.backend.cpu_threads is not None:
-        # Before the trainer's thread starts: it takes this count at its first torch op.
-        torch.set_num_threads(cfg.backend.cpu_threads)
-    # Fresh runs start every process-wide generator from the seed (a reward may draw from
-    # Python's or NumPy's); a resume then restores them from the checkpoint.
-    random.seed(cfg.seed)
-    _seed_numpy(cfg.seed)
-    torch.manual_seed(cfg.seed)
+    _prepare_process(cfg, world)
     is_rl = cfg.algorithm.name == AlgorithmName.rl
     trainer, producer = build_trainer_and_producer(cfg, world)
-    if world.is_main:  # what trains, where, on what, how: in plain words
-        from art_hydra.start_summary import log_start_summary
-
-        parameters = parameter_line(cfg, trainer.model)
-        threads = torch.get_num_threads()
-        log_start_summary(cfg, trainer.loaded, producer.task, parameters, world.size, threads)
-    else:
-        log.info("%s", parameter_line(cfg, trainer.model))
+    _log_what_trains(cfg, world, trainer, producer)
     from art_hydra.evaluation import Evaluator
 
     evaluator = Evaluator.for_run(cfg, producer, trainer.loaded, world)
     if evaluator is not None:
         log.info("%s", evaluator.describe())
-    ranked = _Ranked(producer, world)
+    producer_states = _ProducerStates(producer, world)
     # One process saves the producer's own state; the ranks save theirs together. Both
-    # load through _Ranked, which refuses a checkpoint of another number of ranks.
-    components = {"trainer": trainer, "producer": ranked}
+    # load through _ProducerStates, which refuses a checkpoint of another number of ranks.
+    components = {"trainer": trainer, "producer": producer_states}
     checkpoints = Checkpointer(run_dir, cfg.checkpoint, cfg.timeouts.checkpoint_s)
     start_step = 0
     # resume=true, or resume=auto where the run has a checkpoint (auto clears the records
     # of a run that ended before its first checkpoint, under this lock, and starts afresh).
     resuming = run_folder.start_resumed(cfg, run_dir, clear=world.is_main)
     if resuming:
-        latest, skipped = checkpoints.latest()
-        for reason in skipped:
-            log.warning("skipped a checkpoint that does not verify: %s", reason)
-        if latest is None:
-            raise ResumeError(
-                f"resume={cfg.resume} but {checkpoints.root} holds no intact checkpoint; "
-                f"point {run_folder.folder_key()} at the run to resume, or drop resume=true"
-            )
-        start_step = checkpoints.load(latest, components, trainer.loaded)
-        if is_rl:
-            producer.refresh_sampler()  # the sampler samples from the weights resumed
-        log.info("resumed from %s (step %d)", latest, start_step)
-        saved = run_folder.saved_config(run_dir)
-        changed = run_folder.differences(saved, cfg) if saved is not None else []
-        if world.is_main:
-            run_folder.record_resume(run_dir, start_step, changed)
-        if record is not None:
-            record.steps = start_step
+        start_step = _resume(cfg, run_dir, world, checkpoints, components, record)
     # What this invocation adds to the folder: removed again if it stops before its
     # first checkpoint, so the printed command can start the run afresh there.
-    records = _Records(run_dir, fresh=not resuming and world.is_main)
+    records = _FreshRecords(run_dir, fresh=not resuming and world.is_main)
     saved_step = start_step if resuming else None
 
     def forget_unsaved() -> str:
@@ -458,30 +424,19 @@ def _train_locked(
     if world.is_main:
         run_folder.write_run_config(run_dir, cfg)
         run_identity.record(cfg, run_dir)
-    # Rank 0 alone writes the run's record; the others measure and report to it.
-    metrics = (
-        MetricsLog(
-            run_dir,
-            cfg.logging,
-            cfg.trainer.max_steps,
-            resume_step=start_step if resuming else None,
-            algorithm=cfg.algorithm.name,
-            config=cfg,
-        )
-        if world.is_main
-        else NoRecord()
-    )
+    metrics = _metrics_log(cfg, run_dir, world, start_step if resuming else None)
     channel = StepChannel(cfg.queue, trainer.train_micro, cfg.timeouts.step_s)
-    # Sampling and scoring are each bounded inside; this bounds the whole of it.
-    bound = cfg.timeouts.rollout_s + cfg.timeouts.reward_s
+    sample_and_score_s = _sample_and_score_s(cfg)
     ahead = None
     if is_rl and cfg.rl.overlap_rollouts:
         from art_hydra.producer import RolloutsAhead
 
         # Sampling and training run at once: half the cores each.
         threads = max(1, torch.get_num_threads() // 2)
-        channel.produce(lambda: torch.set_num_threads(threads), "sizing its threads", bound)
-        ahead = RolloutsAhead(producer, threads, bound)
+        channel.run_on_trainer_thread(
+            lambda: torch.set_num_threads(threads), "sizing its threads", sample_and_score_s
+        )
+        ahead = RolloutsAhead(producer, threads, sample_and_score_s)
     last: dict[str, Any] = {}
     # The producer's and the process's random states after the last finished step that
     # no checkpoint holds: after a stop request a failing step can still save that step.
@@ -489,60 +444,28 @@ def _train_locked(
     handed = False  # whether the step in progress has given the trainer its inputs
     failure: Exception | None = None
 
-    def save(step: int) -> None:
-        with channel.producer_phase(f"writing checkpoint step {step}"):
-            if world.enabled:
-                ranked.gathered = _control(
-                    world,
-                    cfg,
-                    "gathering the producers' states",
-                    distributed.gather_objects,
-                    producer.state_dict(),
-                )
-            if world.is_main:
-                checkpoints.save(step, components, trainer.loaded)
-            # The other ranks wait for rank 0's write (named by the barrier if it dies).
-            _control(
-                world,
-                cfg,
-                f"waiting for checkpoint step {step}",
-                distributed.barrier,
-                cfg.timeouts.checkpoint_s + cfg.distributed.timeout_s,
-            )
-
-    def stopping() -> bool:
-        """Whether to stop: alone, a signal seen; across ranks, only what the ranks
-        agreed at the last step's combine (a signal that lands on one rank after it is
-        taken up at the next), so every rank stops at the same step, in step."""
-        return stop.agreed if world.enabled else stop.requested
-
-    def in_step(what: str) -> None:
-        """Across ranks, wait for the slowest rank's sampling and scoring (bounded by
-        their own timeouts) before the step's collectives, whose own bound is only
-        distributed.timeout_s."""
-        if world.enabled:
-            _control(world, cfg, what, distributed.barrier, bound + cfg.distributed.timeout_s)
-
     # ---- loop ------------------------------------------------------------------------
     try:
         if cfg.trainer.warmup_pass and start_step == 0:
             _sampling_for(producer, 0)
-            first = channel.produce(producer.make_inputs, "making the warmup input", bound)[0]
+            first = channel.run_on_trainer_thread(
+                producer.make_inputs, "making the warmup input", sample_and_score_s
+            )[0]
             first.warmup = True
-            in_step("waiting for the other ranks' warmup inputs")
+            _inputs_barrier(world, cfg, "waiting for the other ranks' warmup inputs")
             channel.put(first)
             channel.result(step=0)
         for step in range(start_step + 1, cfg.trainer.max_steps + 1):
-            if stopping():
+            if _stopping(stop, world):
                 break
             handed = False
             started = time.perf_counter()
             _sampling_for(producer, step)
-            inputs = channel.produce(
-                producer.make_inputs, f"making the inputs of step {step}", bound
+            inputs = channel.run_on_trainer_thread(
+                producer.make_inputs, f"making the inputs of step {step}", sample_and_score_s
             )
             if world.enabled:
-                in_step(f"waiting for the other ranks' inputs of step {step}")
+                _inputs_barrier(world, cfg, f"waiting for the other ranks' inputs of step {step}")
                 _normalise_over_ranks(world, cfg, inputs)
             handed = True
             for item in inputs:
@@ -555,7 +478,7 @@ def _train_locked(
                 ahead.wait()
                 producer.refresh_sampler()
             elapsed = time.perf_counter() - started
-            last = _record(result, elapsed)
+            last = _step_metrics(result, elapsed)
             if world.enabled:
                 last = _combine(world, cfg, result, last, stop)
             eval_samples: list[dict[str, Any]] = []
@@ -563,25 +486,17 @@ def _train_locked(
                 with channel.producer_phase(f"evaluating at step {step}"):
                     found, eval_samples = evaluator.evaluate(step)
                 last.update(found)  # eval/* keys join the step's metric line
-            try:
-                metrics.log(last)
-                metrics.log_samples(step, inputs[0].samples)
-                if eval_samples:
-                    metrics.log_eval_samples(step, eval_samples)
-            except OSError as exc:
-                raise WriteError(
-                    f"writing the run's record failed at step {step}: {exc}. "
-                    + _resume_hint(run_dir, saved_step)
-                ) from exc
+            _write_step(metrics, step, last, inputs[0].samples, eval_samples, run_dir, saved_step)
             if record is not None:
                 record.steps = step
-            if checkpoints.due(step, cfg.trainer.max_steps) or stopping():
-                save(step)
+            if checkpoints.due(step, cfg.trainer.max_steps) or _stopping(stop, world):
+                _save_checkpoint(cfg, world, channel, checkpoints, components, step)
                 saved_step = step
             elif not world.enabled:
                 finished = _LastStep.take(step, producer)
-        if stopping() and trainer.step > 0 and saved_step != trainer.step:
-            save(trainer.step)  # the signal came between the step's check and the next
+        if _stopping(stop, world) and trainer.step > 0 and saved_step != trainer.step:
+            # The signal came between the step's check and the next.
+            _save_checkpoint(cfg, world, channel, checkpoints, components, trainer.step)
             saved_step = trainer.step
     except Exception as exc:
         # A step that fails after a stop request (a reward past its bound): the stop
@@ -602,18 +517,208 @@ def _train_locked(
         assert finished is not None
         finished.save(checkpoints, trainer)
         saved_step = trainer.step
-    if complete and failure is None and stopping():
+    if complete and failure is None and _stopping(stop, world):
         log.info(
             "%s came after the last step (%d of %d): the run is finished",
             stop.name,
             trainer.step,
             cfg.trainer.max_steps,
         )
-    elif stopping() or failure is not None:
+    elif _stopping(stop, world) or failure is not None:
         if saved_step is None and records.forget():
             log.info("no checkpoint was written: removed this run's records from %s", run_dir)
         message = _stopped_message(cfg, run_dir, stop.name, saved_step, world.size, failure)
         raise Interrupted(_in_log_files(message), stop.exit_code) from failure
+    return _finished_summary(cfg, run_dir, world, trainer, producer, evaluator, record, last)
+
+
+def _prepare_process(cfg: DictConfig, world: Any) -> None:
+    """Process-wide settings before the model loads: quiet library logs, torch's thread
+    count (and a warning for a busy CPU), every generator seeded."""
+    import random
+
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own bar, and quiet logs
+    if world.is_main:  # once per run: a busy CPU with torch's default thread count
+        from art_hydra.backends.torch_backend import resolve_device
+        from art_hydra.cpu_load import warn_if_busy
+
+        warn_if_busy(resolve_device(cfg.backend.device).type, cfg.backend.cpu_threads)
+    if cfg.backend.cpu_threads is not None:
+        # Before the trainer's thread starts: it takes this count at its first torch op.
+        torch.set_num_threads(cfg.backend.cpu_threads)
+    # Fresh runs start every process-wide generator from the seed (a reward may draw from
+    # Python's or NumPy's); a resume then restores them from the checkpoint.
+    random.seed(cfg.seed)
+    _seed_numpy(cfg.seed)
+    torch.manual_seed(cfg.seed)
+
+
+def _log_what_trains(cfg: DictConfig, world: Any, trainer: Any, producer: Any) -> None:
+    """What trains, where, on what, how: in plain words (rank 0); the other ranks log
+    their parameter line."""
+    import torch
+
+    if world.is_main:
+        from art_hydra.start_summary import log_start_summary
+
+        parameters = parameter_line(cfg, trainer.model)
+        threads = torch.get_num_threads()
+        log_start_summary(cfg, trainer.loaded, producer.task, parameters, world.size, threads)
+    else:
+        log.info("%s", parameter_line(cfg, trainer.model))
+
+
+def _resume(
+    cfg: DictConfig,
+    run_dir: Path,
+    world: Any,
+    checkpoints: Any,
+    components: dict[str, Any],
+    record: JobRecord | None,
+) -> int:
+    """Load the latest intact checkpoint into ``components`` (the trainer and the
+    producers' states) and note the resume in the run folder; returns its step."""
+    from art_hydra import run_folder
+
+    trainer, producer = components["trainer"], components["producer"].producer
+    latest, skipped = checkpoints.latest()
+    for reason in skipped:
+        log.warning("skipped a checkpoint that does not verify: %s", reason)
+    if latest is None:
+        raise ResumeError(
+            f"resume={cfg.resume} but {checkpoints.root} holds no intact checkpoint; "
+            f"point {run_folder.folder_key()} at the run to resume, or drop resume=true"
+        )
+    start_step = checkpoints.load(latest, components, trainer.loaded)
+    if cfg.algorithm.name == AlgorithmName.rl:
+        producer.refresh_sampler()  # the sampler samples from the weights resumed
+    log.info("resumed from %s (step %d)", latest, start_step)
+    saved = run_folder.saved_config(run_dir)
+    changed = run_folder.differences(saved, cfg) if saved is not None else []
+    if world.is_main:
+        run_folder.record_resume(run_dir, start_step, changed)
+    if record is not None:
+        record.steps = start_step
+    return start_step
+
+
+def _metrics_log(cfg: DictConfig, run_dir: Path, world: Any, resume_step: int | None) -> Any:
+    """Rank 0 alone writes the run's record; the others measure and report to it."""
+    from art_hydra.metrics import MetricsLog
+
+    if not world.is_main:
+        return NoRecord()
+    return MetricsLog(
+        run_dir,
+        cfg.logging,
+        cfg.trainer.max_steps,
+        resume_step=resume_step,
+        algorithm=cfg.algorithm.name,
+        config=cfg,
+    )
+
+
+def _sample_and_score_s(cfg: DictConfig) -> float:
+    """The bound on making a step's inputs: sampling and scoring are each bounded
+    inside (``timeouts.rollout_s``, ``timeouts.reward_s``); this bounds the whole."""
+    return cfg.timeouts.rollout_s + cfg.timeouts.reward_s
+
+
+def _stopping(stop: Any, world: Any) -> bool:
+    """Whether to stop: alone, a signal seen; across ranks, only what the ranks agreed
+    at the last step's combine (a signal that lands on one rank after it is taken up at
+    the next), so every rank stops at the same step, in step."""
+    return stop.agreed if world.enabled else stop.requested
+
+
+def _inputs_barrier(world: Any, cfg: DictConfig, what: str) -> None:
+    """The barrier after each rank made its step's inputs: across ranks, wait for the
+    slowest rank's sampling and scoring (bounded by their own timeouts) before the
+    step's collectives, whose own bound is only distributed.timeout_s. One process:
+    nothing to wait for."""
+    from art_hydra import distributed
+
+    if world.enabled:
+        timeout_s = _sample_and_score_s(cfg) + cfg.distributed.timeout_s
+        _across_ranks(world, cfg, what, distributed.barrier, timeout_s)
+
+
+def _save_checkpoint(
+    cfg: DictConfig,
+    world: Any,
+    channel: Any,
+    checkpoints: Any,
+    components: dict[str, Any],
+    step: int,
+) -> None:
+    """Write checkpoint ``step``: the ranks' producer states gathered to rank 0, which
+    writes it; every rank then waits for that write (a declared phase, so the trainer's
+    wait for an input does not run out meanwhile)."""
+    from art_hydra import distributed
+
+    producer_states, trainer = components["producer"], components["trainer"]
+    with channel.producer_phase(f"writing checkpoint step {step}"):
+        if world.enabled:
+            producer_states.gathered = _across_ranks(
+                world,
+                cfg,
+                "gathering the producers' states",
+                distributed.gather_objects,
+                producer_states.producer.state_dict(),
+            )
+        if world.is_main:
+            checkpoints.save(step, components, trainer.loaded)
+        # The other ranks wait for rank 0's write (named by the barrier if it dies).
+        _across_ranks(
+            world,
+            cfg,
+            f"waiting for checkpoint step {step}",
+            distributed.barrier,
+            cfg.timeouts.checkpoint_s + cfg.distributed.timeout_s,
+        )
+
+
+def _write_step(
+    metrics: Any,
+    step: int,
+    last: dict[str, Any],
+    samples: Any,
+    eval_samples: list[dict[str, Any]],
+    run_dir: Path,
+    saved_step: int | None,
+) -> None:
+    """The step's metric line and samples into the run's record; a failed write (a full
+    disk) stops the run saying what to resume from."""
+    try:
+        metrics.log(last)
+        metrics.log_samples(step, samples)
+        if eval_samples:
+            metrics.log_eval_samples(step, eval_samples)
+    except OSError as exc:
+        raise WriteError(
+            f"writing the run's record failed at step {step}: {exc}. "
+            + _resume_hint(run_dir, saved_step)
+        ) from exc
+
+
+def _finished_summary(
+    cfg: DictConfig,
+    run_dir: Path,
+    world: Any,
+    trainer: Any,
+    producer: Any,
+    evaluator: Any,
+    record: JobRecord | None,
+    last: dict[str, Any],
+) -> dict[str, Any]:
+    """A finished run's summary (the plot drawn on rank 0), and its closing lines: the
+    result and the commands to try the model."""
+    from art_hydra.metrics import plot_curve
+
+    is_rl = cfg.algorithm.name == AlgorithmName.rl
     plot = (
         plot_curve(
             run_dir,
@@ -683,8 +788,8 @@ class NoRecord:
         pass
 
 
-def _record(result: Any, elapsed: float) -> dict[str, Any]:
-    """One step's metrics on this rank."""
+def _step_metrics(result: Any, elapsed: float) -> dict[str, Any]:
+    """One step's metrics on this rank (its line in the run's record)."""
     return {
         "step": result.step,
         "reward_mean": result.info.get("reward_mean"),
@@ -714,8 +819,10 @@ def _sampling_for(producer: Any, step: int) -> None:
         producer.step = step
 
 
-def _control(world: Any, cfg: DictConfig, what: str, collective: Any, *args: Any) -> Any:
-    """A control collective; its failure names the ranks that did not answer."""
+def _across_ranks(world: Any, cfg: DictConfig, what: str, collective: Any, *args: Any) -> Any:
+    """``collective(world, *args)``, one call every rank makes in the same order (a sum,
+    a gather, a barrier); its failure names the ranks that did not answer (``what``: what
+    they were doing)."""
     from art_hydra import distributed
 
     try:
@@ -729,13 +836,14 @@ def _normalise_over_ranks(world: Any, cfg: DictConfig, inputs: list[Any]) -> Non
     ranks, since DDP averages): the step then equals one process on the global batch.
 
     The local count is the producer's own denominator, which every input of a step
-    carries: the step's tokens (SFT's accumulated micro-batches, an RL mini-batch), or,
-    with rl.steps_per_generation > 1, the generation batch's tokens divided by it; summed
-    over the ranks that is TRL's ``num_items_in_batch`` rescaled the same way."""
+    carries (set once, by ``packing.one_step``): the step's tokens (SFT's accumulated
+    micro-batches, an RL mini-batch), or, with rl.steps_per_generation > 1, the generation
+    batch's tokens divided by it; summed over the ranks that is TRL's
+    ``num_items_in_batch`` rescaled the same way."""
     from art_hydra import distributed
 
-    local = inputs[0].step_loss_tokens or sum(item.loss_tokens for item in inputs)
-    (total,) = _control(world, cfg, "counting the step's tokens", distributed.all_sum, [local])
+    local = inputs[0].step_loss_tokens
+    (total,) = _across_ranks(world, cfg, "counting the step's tokens", distributed.all_sum, [local])
     for item in inputs:
         item.step_loss_tokens = total / world.size
 
@@ -748,7 +856,7 @@ def _combine(world: Any, cfg: DictConfig, result: Any, last: dict[str, Any], sto
     n = float(result.info.get("completions", 0.0))
     tokens = float(result.loss_tokens)
     mean, std = last["reward_mean"] or 0.0, last["reward_std"] or 0.0
-    sums = _control(
+    sums = _across_ranks(
         world,
         cfg,
         "combining the step's metrics",
@@ -804,7 +912,7 @@ def _combine_stats(world: Any, cfg: DictConfig, result: Any) -> dict[str, float]
     tokens = float(result.loss_tokens)
     found: dict[str, float] = {}
     if means:
-        sums = _control(
+        sums = _across_ranks(
             world,
             cfg,
             "combining the loss statistics",
@@ -813,7 +921,7 @@ def _combine_stats(world: Any, cfg: DictConfig, result: Any) -> dict[str, float]
         )
         found.update({k: v / max(sums[0], 1.0) for k, v in zip(means, sums[1:], strict=True)})
     if maxima:
-        largest = _control(
+        largest = _across_ranks(
             world,
             cfg,
             "combining the loss maxima",
@@ -839,7 +947,7 @@ def _combine_rewards(world: Any, cfg: DictConfig, last: dict[str, Any]) -> dict[
         parts += [n, n * mean, n * (std**2 + mean**2)]
     if not parts:
         return {}
-    sums = _control(world, cfg, "combining the rewards' metrics", distributed.all_sum, parts)
+    sums = _across_ranks(world, cfg, "combining the rewards' metrics", distributed.all_sum, parts)
     found: dict[str, Any] = {}
     for i, name in enumerate(names):
         n, total, squares = sums[3 * i : 3 * i + 3]
@@ -954,7 +1062,7 @@ def _seed_numpy(seed: int) -> None:
     numpy.random.seed(seed % 2**32)
 
 
-class _Records:
+class _FreshRecords:
     """The run's record files a fresh run creates in its folder, so that a run stopped
     before its first checkpoint can remove them again: the folder then holds no run (the
     pre-flight's test) and the printed command starts it afresh. Files that were there

@@ -369,7 +369,9 @@ class Trainer:
     def _loss(self, batch: PackedBatch) -> tuple[torch.Tensor, dict[str, float]]:
         logprobs, entropy = packed_logprobs(self.policy, batch, self.objective.sampling)
         mask = batch.loss_mask
-        denominator = batch.step_loss_tokens or float(mask.sum().clamp(min=1))
+        # Set where the step was made (packing.one_step); 0 only for a step with no
+        # trained-on token, whose loss sum is 0 whatever divides it.
+        denominator = batch.step_loss_tokens or 1.0
         if self.objective.rl is not None:
             ref = self._reference_logprobs(batch) if self.objective.needs_reference else None
             # On-policy, the policy that sampled is the one training: its old logprobs are

@@ -39,7 +39,7 @@ def main() -> None:
     step_times, tokens, shares, inputs = [], [], [], []
     for step in range(1, args.steps + 1):
         start = time.perf_counter()
-        (batch,) = channel.produce(producer.make_inputs, "making the inputs", 600)
+        (batch,) = channel.run_on_trainer_thread(producer.make_inputs, "making the inputs", 600)
         inputs.append(copy.deepcopy(batch))
         channel.put(batch)
         result = channel.result(step)

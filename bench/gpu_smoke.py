@@ -129,7 +129,7 @@ def one_side(folder: str, backend: str, steps: int, variant: str | None) -> dict
             if cuda:
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            inputs = channel.produce(producer.make_inputs, "making the inputs", 600)
+            inputs = channel.run_on_trainer_thread(producer.make_inputs, "making the inputs", 600)
             if cuda:
                 torch.cuda.synchronize()
             made.append(time.perf_counter() - start)

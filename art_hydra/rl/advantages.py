@@ -8,23 +8,24 @@ from collections.abc import Sequence
 
 def group_advantages(
     rewards: Sequence[float], group_size: int, scale: bool, eps: float = 1e-4
-) -> tuple[list[float], int]:
-    """Advantages of completions grouped by prompt, and how many groups carry no signal.
+) -> tuple[list[float], list[bool]]:
+    """Advantages of completions grouped by prompt, and which groups carry no signal
+    (their count is the ``zero_std_groups`` metric).
 
     Within each consecutive group of ``group_size`` rewards the advantage is the reward
     minus the group mean, divided by the group's sample standard deviation (plus
     ``eps``) when ``scale``. A group whose rewards are all equal has advantage 0 for
-    every member: it contributes nothing to the gradient and is counted.
+    every member: it contributes nothing to the gradient and is flagged.
     """
     if group_size < 2 or len(rewards) % group_size:
         raise ValueError(f"{len(rewards)} rewards do not split into groups of {group_size}")
     advantages: list[float] = []
-    zero_groups = 0
+    zero_spread: list[bool] = []
     for start in range(0, len(rewards), group_size):
         group = rewards[start : start + group_size]
         mean = sum(group) / group_size
-        if max(group) == min(group):
-            zero_groups += 1
+        zero_spread.append(max(group) == min(group))
+        if zero_spread[-1]:
             advantages.extend([0.0] * group_size)
             continue
         centred = [r - mean for r in group]
@@ -32,4 +33,4 @@ def group_advantages(
             std = math.sqrt(sum(c * c for c in centred) / (group_size - 1))
             centred = [c / (std + eps) for c in centred]
         advantages.extend(centred)
-    return advantages, zero_groups
+    return advantages, zero_spread

@@ -186,7 +186,7 @@ def test_the_producers_work_runs_on_the_trainers_thread() -> None:
         return 3
 
     channel = _channel(5, train)
-    item = channel.produce(make, "making the inputs of step 1", 5)
+    item = channel.run_on_trainer_thread(make, "making the inputs of step 1", 5)
     channel.put(item)
     assert channel.result(1) == 3
     assert threads["make"] == threads["train"] != threading.get_ident()
@@ -199,7 +199,7 @@ def test_the_producers_work_raises_in_the_producer_and_the_channel_goes_on() -> 
 
     channel = _channel(5, lambda item: item)
     with pytest.raises(KeyError, match="no such prompt"):
-        channel.produce(broken, "making the inputs of step 1", 5)
+        channel.run_on_trainer_thread(broken, "making the inputs of step 1", 5)
     channel.put(2)  # the trainer thread survived the producer's error
     assert channel.result(1) == 2
     channel.close()
@@ -209,13 +209,13 @@ def test_the_producers_work_is_bounded_and_does_not_count_against_the_trainer() 
     """Work longer than the trainer's input wait is no stall of the trainer; work longer
     than its own bound is a StallError naming it."""
     channel = _channel(5, lambda item: item, input_timeout=0.2)
-    assert channel.produce(lambda: time.sleep(0.5) or 4, "sampling", 5) == 4
+    assert channel.run_on_trainer_thread(lambda: time.sleep(0.5) or 4, "sampling", 5) == 4
     channel.put(4)
     assert channel.result(1) == 4
     release = threading.Event()
     # Unbounded, the work would end after 10 s and return False, not raise.
     with pytest.raises(StallError) as info:
-        channel.produce(lambda: release.wait(10), "making the inputs of step 2", 0.3)
+        channel.run_on_trainer_thread(lambda: release.wait(10), "making the inputs of step 2", 0.3)
     assert "making the inputs of step 2 did not finish within 0.3s" in str(info.value)
     release.set()
     channel.close()

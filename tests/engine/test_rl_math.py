@@ -30,7 +30,7 @@ def test_group_advantages_by_hand() -> None:
     rewards = [1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 0.5, 0.5]
     adv, zero = group_advantages(rewards, group_size=4, scale=False)
     assert adv == [0.5, -0.5, -0.5, 0.5, 0.0, 0.0, 0.0, 0.0]
-    assert zero == 1  # the second group has equal rewards: no signal, counted
+    assert zero == [False, True]  # the second group has equal rewards: no signal, flagged
     scaled, _ = group_advantages(rewards, group_size=4, scale=True, eps=0.0)
     std = math.sqrt((4 * 0.25) / 3)  # sample std of [1, 0, 0, 1]
     assert scaled[:4] == pytest.approx([0.5 / std, -0.5 / std, -0.5 / std, 0.5 / std])
