@@ -332,36 +332,11 @@ def pack(
     (Unsloth), since neither causal attention nor a causal recurrence looks at the
     padding after a sequence.
     """
-    if not sequences:
-        raise ValueError("nothing to pack")
-    too_long = [len(s.tokens) for s in sequences if len(s.tokens) > capacity]
-    if too_long:
-        raise ValueError(
-            f"a sequence of {max(too_long)} tokens does not fit a row of {capacity} "
-            "(model.max_seq_length)"
-        )
+    _check_fits(sequences, capacity)
     shared = _shared_rows(sequences, capacity) if share_prompts and layout.packs else None
-    if shared is not None:
-        rows, fill = shared
-    else:
-        sizes = [len(s.tokens) for s in sequences]
-        if layout.packs:
-            indices, fill = _best_rows(sizes, capacity)
-        else:
-            indices, fill = [[i] for i in range(len(sizes))], list(sizes)
-        rows = [[_Unit([i], 0) for i in row] for row in indices]
+    rows, fill = shared if shared is not None else _plain_rows(sequences, capacity, layout)
     width = max(fill)
-    shape = (len(rows), width)
-    # Filled as flat Python lists and turned into tensors once per field: writing each
-    # sequence's slices into tensors cost ~500 small tensor ops per step (half the
-    # packing time of the default run).
-    size = len(rows) * width
-    ids, positions, owners = [pad_id] * size, [0] * size, [-1] * size
-    targets, mask = [0] * size, [0.0] * size
-    advantages, old, sampler = [0.0] * size, [0.0] * size, [0.0] * size
-    # The sequence whose slots each slot may see besides its own: a shared prompt's
-    # (ids from len(sequences) on), or -2 (none; never an owner, not even padding's -1).
-    sees = None if shared is None else [-2] * size
+    slots = _Slots.empty(len(rows) * width, pad_id, sees=shared is not None)
     prompts = 0
     for r, units in enumerate(rows):
         offset = r * width
@@ -370,60 +345,136 @@ def pack(
             if unit.shared:
                 prompt_id = len(sequences) + prompts
                 prompts += 1
-                tokens = sequences[unit.members[0]].tokens
-                end = offset + unit.shared
-                ids[offset:end] = tokens[: unit.shared]
-                positions[offset:end] = range(unit.shared)
-                owners[offset:end] = [prompt_id] * unit.shared
-                targets[offset:end] = tokens[1 : unit.shared + 1]
-                offset = end
+                offset = slots.write_prompt(offset, sequences[unit.members[0]], unit, prompt_id)
             for index in unit.members:
-                seq = sequences[index]
-                tokens = seq.tokens
-                n, p, skip = len(tokens), seq.prompt_len, unit.shared
-                # Slot j holds token skip + j, at its own position, and predicts the next.
-                end = offset + n - skip
-                ids[offset:end] = tokens[skip:]
-                positions[offset:end] = range(skip, n)
-                owners[offset:end] = [index] * (n - skip)
-                if sees is not None:
-                    sees[offset:end] = [prompt_id] * (n - skip)
-                targets[offset : end - 1] = tokens[skip + 1 :]
-                # Position 0 predicts nothing of its own sequence's past: with no prompt
-                # token the first completion token cannot be trained on.
-                first = offset - skip + (0 if seq.train_prompt else max(p - 1, 0))
-                mask[first : end - 1] = [1.0] * (end - 1 - first)
-                advantages[first : end - 1] = [float(seq.advantage)] * (end - 1 - first)
-                lead = 1 if p == 0 else 0  # (the untrainable first token, as above)
-                span = slice(offset - skip + p - 1 + lead, end - 1)
-                _place(old, index, seq.old_logprobs, n - p, span, "old logprobs")
-                _place(sampler, index, seq.sampler_logprobs, n - p, span, "sampling logprobs")
-                offset = end
-    input_ids = torch.tensor(ids, dtype=torch.long).view(shape)
-    position_ids = torch.tensor(positions, dtype=torch.long).view(shape)
-    seq_ids = torch.tensor(owners, dtype=torch.long).view(shape)
-    targets_t = torch.tensor(targets, dtype=torch.long).view(shape)
-    loss_mask = torch.tensor(mask).view(shape)
-    advantages_t = torch.tensor(advantages).view(shape)
-    old_logprobs = torch.tensor(old).view(shape)
-    return PackedBatch(
-        input_ids=input_ids,
-        position_ids=position_ids,
-        seq_ids=seq_ids,
-        targets=targets_t,
-        loss_mask=loss_mask,
-        advantages=advantages_t,
-        old_logprobs=old_logprobs,
-        real_tokens=sum(fill),
-        layout=layout,
-        step_loss_tokens=float(loss_mask.sum()),
-        sees_ids=None if sees is None else torch.tensor(sees, dtype=torch.long).view(shape),
-        sampler_logprobs=(
-            torch.tensor(sampler).view(shape)
-            if any(s.sampler_logprobs is not None for s in sequences)
-            else None
-        ),
-    )
+                offset = slots.write_member(offset, sequences[index], index, unit, prompt_id)
+    return slots.batch((len(rows), width), sum(fill), layout, sequences)
+
+
+def _check_fits(sequences: list[Sequence], capacity: int) -> None:
+    """Refuse an empty batch or a sequence longer than a row, before any layout work:
+    a row cannot be split, so such a sequence could never be trained on."""
+    if not sequences:
+        raise ValueError("nothing to pack")
+    too_long = [len(s.tokens) for s in sequences if len(s.tokens) > capacity]
+    if too_long:
+        raise ValueError(
+            f"a sequence of {max(too_long)} tokens does not fit a row of {capacity} "
+            "(model.max_seq_length)"
+        )
+
+
+def _plain_rows(
+    sequences: list[Sequence], capacity: int, layout: Layout
+) -> tuple[list[list[_Unit]], list[int]]:
+    """Rows of whole sequences, none sharing a prompt: packed at the least wasteful width
+    where the layout packs, else one sequence per row (right-padded)."""
+    sizes = [len(s.tokens) for s in sequences]
+    if layout.packs:
+        indices, fill = _best_rows(sizes, capacity)
+    else:
+        indices, fill = [[i] for i in range(len(sizes))], list(sizes)
+    return [[_Unit([i], 0) for i in row] for row in indices], fill
+
+
+@dataclass
+class _Slots:
+    """A packed batch's fields as flat Python lists (row after row), filled slice by
+    slice and turned into tensors once per field: writing each sequence's slices into
+    tensors cost ~500 small tensor ops per step (half the packing time of the default
+    run)."""
+
+    ids: list[int]
+    positions: list[int]
+    owners: list[int]
+    targets: list[int]
+    mask: list[float]
+    advantages: list[float]
+    old: list[float]
+    sampler: list[float]
+    #: The sequence whose slots each slot may see besides its own: a shared prompt's
+    #: (ids from len(sequences) on), or -2 (none; never an owner, not even padding's -1).
+    #: None when no prompt is shared.
+    sees: list[int] | None
+
+    @classmethod
+    def empty(cls, size: int, pad_id: int, sees: bool) -> _Slots:
+        """``size`` slots of padding (owner -1, nothing trained on)."""
+        return cls(
+            [pad_id] * size,
+            [0] * size,
+            [-1] * size,
+            [0] * size,
+            [0.0] * size,
+            [0.0] * size,
+            [0.0] * size,
+            [0.0] * size,
+            [-2] * size if sees else None,
+        )
+
+    def write_prompt(self, offset: int, first: Sequence, unit: _Unit, prompt_id: int) -> int:
+        """Write the copy of ``unit``'s shared prompt (taken from its ``first`` member) at
+        ``offset``, owned by ``prompt_id`` and trained on by none; return where it ends."""
+        tokens = first.tokens
+        end = offset + unit.shared
+        self.ids[offset:end] = tokens[: unit.shared]
+        self.positions[offset:end] = range(unit.shared)
+        self.owners[offset:end] = [prompt_id] * unit.shared
+        self.targets[offset:end] = tokens[1 : unit.shared + 1]
+        return end
+
+    def write_member(
+        self, offset: int, seq: Sequence, index: int, unit: _Unit, prompt_id: int
+    ) -> int:
+        """Write sequence ``index`` at ``offset`` (less the ``unit``'s shared prompt,
+        written before it), with its targets, loss mask, advantage and logprobs; return
+        where it ends."""
+        tokens = seq.tokens
+        n, p, skip = len(tokens), seq.prompt_len, unit.shared
+        # Slot j holds token skip + j, at its own position, and predicts the next.
+        end = offset + n - skip
+        self.ids[offset:end] = tokens[skip:]
+        self.positions[offset:end] = range(skip, n)
+        self.owners[offset:end] = [index] * (n - skip)
+        if self.sees is not None:
+            self.sees[offset:end] = [prompt_id] * (n - skip)
+        self.targets[offset : end - 1] = tokens[skip + 1 :]
+        # Position 0 predicts nothing of its own sequence's past: with no prompt
+        # token the first completion token cannot be trained on.
+        first = offset - skip + (0 if seq.train_prompt else max(p - 1, 0))
+        self.mask[first : end - 1] = [1.0] * (end - 1 - first)
+        self.advantages[first : end - 1] = [float(seq.advantage)] * (end - 1 - first)
+        lead = 1 if p == 0 else 0  # (the untrainable first token, as above)
+        span = slice(offset - skip + p - 1 + lead, end - 1)
+        _place(self.old, index, seq.old_logprobs, n - p, span, "old logprobs")
+        _place(self.sampler, index, seq.sampler_logprobs, n - p, span, "sampling logprobs")
+        return end
+
+    def batch(
+        self, shape: tuple[int, int], real_tokens: int, layout: Layout, sequences: list[Sequence]
+    ) -> PackedBatch:
+        """The slots as a :class:`PackedBatch` of ``shape``, one tensor per field."""
+        loss_mask = torch.tensor(self.mask).view(shape)
+        return PackedBatch(
+            input_ids=torch.tensor(self.ids, dtype=torch.long).view(shape),
+            position_ids=torch.tensor(self.positions, dtype=torch.long).view(shape),
+            seq_ids=torch.tensor(self.owners, dtype=torch.long).view(shape),
+            targets=torch.tensor(self.targets, dtype=torch.long).view(shape),
+            loss_mask=loss_mask,
+            advantages=torch.tensor(self.advantages).view(shape),
+            old_logprobs=torch.tensor(self.old).view(shape),
+            real_tokens=real_tokens,
+            layout=layout,
+            step_loss_tokens=float(loss_mask.sum()),
+            sees_ids=(
+                None if self.sees is None else torch.tensor(self.sees, dtype=torch.long).view(shape)
+            ),
+            sampler_logprobs=(
+                torch.tensor(self.sampler).view(shape)
+                if any(s.sampler_logprobs is not None for s in sequences)
+                else None
+            ),
+        )
 
 
 def one_step(batches: list[PackedBatch], loss_tokens: float | None = None) -> list[PackedBatch]:
