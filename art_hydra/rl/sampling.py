@@ -410,39 +410,8 @@ def _sample_batch(
     # space layers (Mamba) read a passed mask as per-token padding of the new token's
     # input and gave wrong logprobs with the growing prompt-plus-completion mask.
     padded = len({len(p) for p in prompts}) > 1
-    distinct, which = _distinct(prompts)
     cache_arg = _cache_argument(model)
-    last_only = _last_logits_only(model)
-
-    def prompt_pass(batch: list[list[int]]) -> tuple[Any, torch.Tensor, torch.Tensor]:
-        ids, attention, positions = _left_padded(batch, pad_id, device)
-        out = model(
-            input_ids=ids,
-            attention_mask=attention,
-            position_ids=positions,
-            use_cache=True,
-            **last_only,
-        )
-        return out, attention, positions
-
-    out = None
-    if len(distinct) < len(prompts) and _base_class(model) not in _ROWS_FIXED:
-        out, attention, positions = prompt_pass(distinct)
-        rows = torch.tensor(which, device=device)
-        if getattr(out, cache_arg, None) is None:
-            raise _no_cache(model)
-        if _copy_rows(getattr(out, cache_arg), rows, len(distinct)):
-            logits = out.logits[:, -1].index_select(0, rows)
-            attention, positions = attention[rows], positions[rows]
-        else:  # a cache whose rows cannot all be copied: read every copy of the prompts
-            _ROWS_FIXED.add(_base_class(model))
-            out = None
-    if out is None:
-        out, attention, positions = prompt_pass(prompts)
-        logits = out.logits[:, -1]
-    past = getattr(out, cache_arg, None)
-    if past is None:
-        raise _no_cache(model)
+    past, logits, attention, positions = _read_prompts(model, prompts, pad_id, device, cache_arg)
     stops = torch.tensor(stop_ids, device=device)
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     tokens: list[torch.Tensor] = []
@@ -472,6 +441,68 @@ def _sample_batch(
         past, logits = getattr(out, cache_arg), out.logits[:, -1]
     token_rows = torch.stack(tokens, dim=1).tolist()
     logprob_rows = torch.stack(logprobs, dim=1).tolist()
+    return _cut_at_stops(token_rows, logprob_rows, stop_ids)
+
+
+def _read_prompts(
+    model: Any, prompts: list[list[int]], pad_id: int, device: torch.device, cache_arg: str
+) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The prompt pass of :func:`_sample_batch`: its cache, and per completion row the
+    last position's logits, attention mask and positions.
+
+    Repeated prompts are read once and their cache rows copied to each completion; a
+    model whose cache rows cannot all be copied is remembered (``_ROWS_FIXED``) and reads
+    every copy of the prompts, now and from then on.
+    """
+    distinct, which = _distinct(prompts)
+    last_only = _last_logits_only(model)
+    out = None
+    if len(distinct) < len(prompts) and _base_class(model) not in _ROWS_FIXED:
+        out, attention, positions = _prompt_pass(model, distinct, pad_id, device, last_only)
+        rows = torch.tensor(which, device=device)
+        if getattr(out, cache_arg, None) is None:
+            raise _no_cache(model)
+        if _copy_rows(getattr(out, cache_arg), rows, len(distinct)):
+            logits = out.logits[:, -1].index_select(0, rows)
+            attention, positions = attention[rows], positions[rows]
+        else:  # a cache whose rows cannot all be copied: read every copy of the prompts
+            _ROWS_FIXED.add(_base_class(model))
+            out = None
+    if out is None:
+        out, attention, positions = _prompt_pass(model, prompts, pad_id, device, last_only)
+        logits = out.logits[:, -1]
+    past = getattr(out, cache_arg, None)
+    if past is None:
+        raise _no_cache(model)
+    return past, logits, attention, positions
+
+
+def _prompt_pass(
+    model: Any,
+    batch: list[list[int]],
+    pad_id: int,
+    device: torch.device,
+    last_only: dict[str, int],
+) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """One forward over ``batch``'s prompts, left-padded, filling the cache that decoding
+    goes on from; also the mask and positions it used, which decoding extends."""
+    ids, attention, positions = _left_padded(batch, pad_id, device)
+    out = model(
+        input_ids=ids,
+        attention_mask=attention,
+        position_ids=positions,
+        use_cache=True,
+        **last_only,
+    )
+    return out, attention, positions
+
+
+def _cut_at_stops(
+    token_rows: list[list[int]], logprob_rows: list[list[float]], stop_ids: tuple[int, ...]
+) -> tuple[list[list[int]], list[list[float]]]:
+    """Each row's tokens and logprobs up to and including its first stop token (all of
+    them where none stopped it): rows that stopped early were padded while the others
+    went on decoding."""
     completions, completion_logprobs = [], []
     for row_tokens, row_logprobs in zip(token_rows, logprob_rows, strict=True):
         ends = [i for i, t in enumerate(row_tokens) if t in stop_ids]
