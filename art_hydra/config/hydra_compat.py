@@ -11,8 +11,10 @@ is a deliberate act, not a silent breakage.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -237,195 +239,223 @@ def caching_loader(search_path: Any) -> ConfigLoader:
 
 @functools.cache
 def _caching_loader_class() -> type:
-    import copy
-    import sys
-
-    from hydra import version
+    """:class:`_CachingLoaderMixin` on Hydra's own (private) loader, built on first use:
+    importing ``hydra._internal`` only when a loader is wanted keeps this module
+    importable on a Hydra release that moved it, so the compatibility test can say so."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra._internal.config_repository import CachingConfigRepository
-    from hydra._internal.defaults_list import create_defaults_list
-    from hydra.conf import ConfigSourceInfo
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.utils import JobRuntime
-    from hydra.errors import ConfigCompositionException
-    from omegaconf.errors import OmegaConfBaseException
 
-    class _Base:
-        """One group selection, composed: the config before any value override."""
+    return type("CachingConfigLoader", (_CachingLoaderMixin, ConfigLoaderImpl), {})
 
-        def __init__(self, cfg: DictConfig, choices: dict, sources: list, signature: Any):
-            self.cfg, self.choices, self.sources, self.signature = cfg, choices, sources, signature
 
-    class CachingConfigLoader(ConfigLoaderImpl):  # type: ignore[misc, valid-type]
-        def __init__(self, config_search_path: Any) -> None:
-            super().__init__(config_search_path=config_search_path)
-            self._parser = OverridesParser.create()
-            self._parsed: dict[str, Override] = {}
-            self._repos: dict[tuple, Any] = {}
-            self._bases: dict[tuple, _Base] = {}
-            self._seen: set[tuple] = set()
+class _ComposedSelection:
+    """One group selection, composed: the config before any value override."""
 
-        def load_configuration(
-            self,
-            config_name: str | None,
-            overrides: list[str],
-            run_mode: RunMode,
-            from_shell: bool = True,
-            validate_sweep_overrides: bool = True,
-        ) -> DictConfig:
-            try:
-                return self._load_cached(
-                    config_name, list(overrides), run_mode, from_shell, validate_sweep_overrides
-                )
-            except OmegaConfBaseException as e:
-                raise ConfigCompositionException().with_traceback(sys.exc_info()[2]) from e
+    def __init__(self, cfg: DictConfig, choices: dict, sources: list, signature: Any):
+        self.cfg, self.choices, self.sources, self.signature = cfg, choices, sources, signature
 
-        def parse(self, overrides: list[str]) -> list[Override]:
-            """Overrides parsed as Hydra parses them (each text once per loader)."""
-            return self._parse(overrides)
 
-        def split(
-            self, config_name: str | None, parsed: list[Override]
-        ) -> tuple[list[Override], list[Override]]:
-            """``(group choices, value overrides)``, as Hydra's defaults list tells them
-            apart (sweep overrides are in neither)."""
-            repo, _ = self._repo(config_name, parsed, fresh=False)
-            return self._split(repo, parsed)
+class _CachingLoaderMixin:
+    """The caching part of :func:`caching_loader`, placed before Hydra's
+    ``ConfigLoaderImpl`` (which provides ``repository``, ``_process_config_searchpath``,
+    ``_compose_config_from_defaults_list`` and the sweep checks) by
+    :func:`_caching_loader_class`."""
 
-        @staticmethod
-        def _split(repo: Any, parsed: list[Override]) -> tuple[list[Override], list[Override]]:
-            groups: list[Override] = []
-            values: list[Override] = []
-            known = repo.__dict__.setdefault("_art_hydra_groups", {})
-            for o in parsed:
-                if o.is_sweep_override():
-                    continue
-                if o.key_or_group not in known:
-                    known[o.key_or_group] = repo.group_exists(o.key_or_group)
-                is_group = known[o.key_or_group]
-                (values if isinstance(o.value(), dict) or not is_group else groups).append(o)
-            return groups, values
+    def __init__(self, config_search_path: Any) -> None:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
 
-        def _parse(self, overrides: list[str]) -> list[Override]:
-            missing = [o for o in overrides if o not in self._parsed]
-            if missing:  # parsed together, so a bad one raises Hydra's own error
-                found = self._parser.parse_overrides(missing)
-                self._parsed.update(zip(missing, found, strict=True))
-            return [self._parsed[o] for o in overrides]
+        super().__init__(config_search_path=config_search_path)  # type: ignore[call-arg]
+        self._parser = OverridesParser.create()
+        self._parsed: dict[str, Override] = {}
+        self._repos: dict[tuple, Any] = {}
+        self._bases: dict[tuple, _ComposedSelection] = {}
+        self._seen: set[tuple] = set()
 
-        def _repo(self, config_name: str | None, parsed: list[Override], fresh: bool = True) -> Any:
-            """The repository of a config name and search path; ``fresh`` reads the files'
-            sizes and times first and starts afresh on any change (a composition does;
-            telling a group from a value for the next point of a sweep need not)."""
-            searchpath = next(
-                (o.input_line for o in parsed if o.get_key_element() == "hydra.searchpath"), None
+    def load_configuration(
+        self,
+        config_name: str | None,
+        overrides: list[str],
+        run_mode: RunMode,
+        from_shell: bool = True,
+        validate_sweep_overrides: bool = True,
+    ) -> DictConfig:
+        """Hydra's ``load_configuration``, served from the cache where it can be; an
+        OmegaConf error becomes Hydra's composition error, as Hydra's own raises it."""
+        from hydra.errors import ConfigCompositionException
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            return self._load_cached(
+                config_name, list(overrides), run_mode, from_shell, validate_sweep_overrides
             )
-            key = (config_name, searchpath)
-            repo = self._repos.get(key)
-            if repo is None or (fresh and _signature(repo) != repo._art_hydra_signature):
-                repo = CachingConfigRepository(self.repository)
-                self._process_config_searchpath(config_name, parsed, repo)
-                repo._art_hydra_signature = _signature(repo)
-                self._repos[key] = repo
-                self._bases = {k: v for k, v in self._bases.items() if k[0] != key}
-            return repo, key
+        except OmegaConfBaseException as e:
+            raise ConfigCompositionException().with_traceback(sys.exc_info()[2]) from e
 
-        def _load_cached(
-            self,
-            config_name: str | None,
-            overrides: list[str],
-            run_mode: RunMode,
-            from_shell: bool,
-            validate_sweep_overrides: bool,
-        ) -> DictConfig:
-            self.ensure_main_config_source_available()
-            parsed = self._parse(overrides)
-            repo, repo_key = self._repo(config_name, parsed)
-            if validate_sweep_overrides:
-                self.validate_sweep_overrides_legal(
-                    overrides=parsed, run_mode=run_mode, from_shell=from_shell
-                )
-            groups, values = self._split(repo, parsed)
-            key = (repo_key, run_mode == RunMode.MULTIRUN, tuple(o.input_line for o in groups))
-            base = self._bases.get(key)
-            if base is None or base.signature != repo._art_hydra_signature:
-                # A fresh repository per composition, as Hydra has: composing merges into
-                # the configs it cached, so a shared one would carry one run's values over.
-                repo = CachingConfigRepository(self.repository)
-                self._process_config_searchpath(config_name, parsed, repo)
-                defaults = create_defaults_list(
-                    repo=repo,
-                    config_name=config_name,
-                    overrides_list=parsed,
-                    prepend_hydra=True,
-                    skip_missing=run_mode == RunMode.MULTIRUN,
-                )
-                cfg = self._compose_config_from_defaults_list(defaults=defaults.defaults, repo=repo)
-                OmegaConf.set_struct(cfg, True)
-                OmegaConf.set_readonly(cfg.hydra, False)
-                sources = [
-                    ConfigSourceInfo(path=x.path, schema=x.scheme(), provider=x.provider)
-                    for x in repo.get_sources()
-                ]
-                base = _Base(
-                    copy.deepcopy(cfg) if key in self._seen else cfg,
-                    dict(defaults.overrides.known_choices),
-                    sources,
-                    self._repos[repo_key]._art_hydra_signature,
-                )
-                # Kept from the second composition of a selection on: a one-off (the
-                # command line's single run) does not pay for the copy.
-                same_split = [o.input_line for o in defaults.config_overrides] == [
-                    o.input_line for o in values
-                ]
-                if same_split and key in self._seen:
-                    self._bases[key] = base
-                self._seen.add(key)
+    def parse(self, overrides: list[str]) -> list[Override]:
+        """Overrides parsed as Hydra parses them (each text once per loader)."""
+        return self._parse(overrides)
+
+    def split(
+        self, config_name: str | None, parsed: list[Override]
+    ) -> tuple[list[Override], list[Override]]:
+        """``(group choices, value overrides)``, as Hydra's defaults list tells them
+        apart (sweep overrides are in neither)."""
+        repo, _ = self._repo(config_name, parsed, fresh=False)
+        return self._split(repo, parsed)
+
+    @staticmethod
+    def _split(repo: Any, parsed: list[Override]) -> tuple[list[Override], list[Override]]:
+        groups: list[Override] = []
+        values: list[Override] = []
+        known = repo.__dict__.setdefault("_art_hydra_groups", {})
+        for o in parsed:
+            if o.is_sweep_override():
+                continue
+            if o.key_or_group not in known:
+                known[o.key_or_group] = repo.group_exists(o.key_or_group)
+            is_group = known[o.key_or_group]
+            (values if isinstance(o.value(), dict) or not is_group else groups).append(o)
+        return groups, values
+
+    def _parse(self, overrides: list[str]) -> list[Override]:
+        missing = [o for o in overrides if o not in self._parsed]
+        if missing:  # parsed together, so a bad one raises Hydra's own error
+            found = self._parser.parse_overrides(missing)
+            self._parsed.update(zip(missing, found, strict=True))
+        return [self._parsed[o] for o in overrides]
+
+    def _repo(self, config_name: str | None, parsed: list[Override], fresh: bool = True) -> Any:
+        """The repository of a config name and search path; ``fresh`` reads the files'
+        sizes and times first and starts afresh on any change (a composition does;
+        telling a group from a value for the next point of a sweep need not)."""
+        from hydra._internal.config_repository import CachingConfigRepository
+
+        searchpath = next(
+            (o.input_line for o in parsed if o.get_key_element() == "hydra.searchpath"), None
+        )
+        key = (config_name, searchpath)
+        repo = self._repos.get(key)
+        if repo is None or (fresh and _signature(repo) != repo._art_hydra_signature):
+            repo = CachingConfigRepository(self.repository)  # type: ignore[attr-defined]
+            self._process_config_searchpath(config_name, parsed, repo)  # type: ignore[attr-defined]
+            repo._art_hydra_signature = _signature(repo)
+            self._repos[key] = repo
+            self._bases = {k: v for k, v in self._bases.items() if k[0] != key}
+        return repo, key
+
+    def _load_cached(
+        self,
+        config_name: str | None,
+        overrides: list[str],
+        run_mode: RunMode,
+        from_shell: bool,
+        validate_sweep_overrides: bool,
+    ) -> DictConfig:
+        self.ensure_main_config_source_available()  # type: ignore[attr-defined]
+        parsed = self._parse(overrides)
+        repo, repo_key = self._repo(config_name, parsed)
+        if validate_sweep_overrides:
+            self.validate_sweep_overrides_legal(  # type: ignore[attr-defined]
+                overrides=parsed, run_mode=run_mode, from_shell=from_shell
+            )
+        groups, values = self._split(repo, parsed)
+        key = (repo_key, run_mode == RunMode.MULTIRUN, tuple(o.input_line for o in groups))
+        base = self._bases.get(key)
+        if base is None or base.signature != repo._art_hydra_signature:
+            cfg, base = self._compose_selection(config_name, parsed, values, run_mode, key)
+        else:
+            cfg = copy.deepcopy(base.cfg)
+        return self._finish(cfg, base, config_name, parsed, values)
+
+    def _compose_selection(
+        self,
+        config_name: str | None,
+        parsed: list[Override],
+        values: list[Override],
+        run_mode: RunMode,
+        key: tuple,
+    ) -> tuple[DictConfig, _ComposedSelection]:
+        """Compose the group selection ``key`` as Hydra does (the config, before value
+        overrides) and keep it for the next composition of the same selection."""
+        from hydra._internal.config_repository import CachingConfigRepository
+        from hydra._internal.defaults_list import create_defaults_list
+        from hydra.conf import ConfigSourceInfo
+
+        # A fresh repository per composition, as Hydra has: composing merges into
+        # the configs it cached, so a shared one would carry one run's values over.
+        repo = CachingConfigRepository(self.repository)  # type: ignore[attr-defined]
+        self._process_config_searchpath(config_name, parsed, repo)  # type: ignore[attr-defined]
+        defaults = create_defaults_list(
+            repo=repo,
+            config_name=config_name,
+            overrides_list=parsed,
+            prepend_hydra=True,
+            skip_missing=run_mode == RunMode.MULTIRUN,
+        )
+        cfg = self._compose_config_from_defaults_list(  # type: ignore[attr-defined]
+            defaults=defaults.defaults, repo=repo
+        )
+        OmegaConf.set_struct(cfg, True)
+        OmegaConf.set_readonly(cfg.hydra, False)
+        sources = [
+            ConfigSourceInfo(path=x.path, schema=x.scheme(), provider=x.provider)
+            for x in repo.get_sources()
+        ]
+        base = _ComposedSelection(
+            copy.deepcopy(cfg) if key in self._seen else cfg,
+            dict(defaults.overrides.known_choices),
+            sources,
+            self._repos[key[0]]._art_hydra_signature,
+        )
+        # Kept from the second composition of a selection on: a one-off (the
+        # command line's single run) does not pay for the copy.
+        same_split = [o.input_line for o in defaults.config_overrides] == [
+            o.input_line for o in values
+        ]
+        if same_split and key in self._seen:
+            self._bases[key] = base
+        self._seen.add(key)
+        return cfg, base
+
+    @staticmethod
+    def _finish(
+        cfg: DictConfig,
+        base: _ComposedSelection,
+        config_name: str | None,
+        parsed: list[Override],
+        values: list[Override],
+    ) -> DictConfig:
+        """What Hydra's ``_load_configuration_impl`` does after composing the
+        defaults list (hydra 1.3.2-1.3.x), step for step."""
+        from hydra import __version__, version
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+        from hydra.core.utils import JobRuntime
+
+        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        app_overrides = []
+        for override in parsed:
+            if override.is_hydra_override():
+                cfg.hydra.overrides.hydra.append(override.input_line)
             else:
-                cfg = copy.deepcopy(base.cfg)
-            return self._finish(cfg, base, config_name, parsed, values)
-
-        @staticmethod
-        def _finish(
-            cfg: DictConfig,
-            base: _Base,
-            config_name: str | None,
-            parsed: list[Override],
-            values: list[Override],
-        ) -> DictConfig:
-            """What Hydra's ``_load_configuration_impl`` does after composing the
-            defaults list (hydra 1.3.2-1.3.x), step for step."""
-            from hydra import __version__
-            from hydra._internal.config_loader_impl import get_overrides_dirname
-
-            ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
-            app_overrides = []
-            for override in parsed:
-                if override.is_hydra_override():
-                    cfg.hydra.overrides.hydra.append(override.input_line)
-                else:
-                    cfg.hydra.overrides.task.append(override.input_line)
-                    app_overrides.append(override)
-            with open_dict(cfg.hydra):
-                cfg.hydra.runtime.choices.update(base.choices)
-                for key in cfg.hydra.job.env_copy:
-                    cfg.hydra.job.env_set[key] = os.environ[key]
-            cfg.hydra.runtime.version = __version__
-            cfg.hydra.runtime.version_base = version.getbase()
-            cfg.hydra.runtime.cwd = os.getcwd()
-            cfg.hydra.runtime.config_sources = list(base.sources)
-            if "name" not in cfg.hydra.job:
-                cfg.hydra.job.name = JobRuntime().get("name")
-            cfg.hydra.job.override_dirname = get_overrides_dirname(
-                overrides=app_overrides,
-                kv_sep=cfg.hydra.job.config.override_dirname.kv_sep,
-                item_sep=cfg.hydra.job.config.override_dirname.item_sep,
-                exclude_keys=cfg.hydra.job.config.override_dirname.exclude_keys,
-            )
-            cfg.hydra.job.config_name = config_name
-            return cfg
-
-    return CachingConfigLoader
+                cfg.hydra.overrides.task.append(override.input_line)
+                app_overrides.append(override)
+        with open_dict(cfg.hydra):
+            cfg.hydra.runtime.choices.update(base.choices)
+            for key in cfg.hydra.job.env_copy:
+                cfg.hydra.job.env_set[key] = os.environ[key]
+        cfg.hydra.runtime.version = __version__
+        cfg.hydra.runtime.version_base = version.getbase()
+        cfg.hydra.runtime.cwd = os.getcwd()
+        cfg.hydra.runtime.config_sources = list(base.sources)
+        if "name" not in cfg.hydra.job:
+            cfg.hydra.job.name = JobRuntime().get("name")
+        cfg.hydra.job.override_dirname = get_overrides_dirname(
+            overrides=app_overrides,
+            kv_sep=cfg.hydra.job.config.override_dirname.kv_sep,
+            item_sep=cfg.hydra.job.config.override_dirname.item_sep,
+            exclude_keys=cfg.hydra.job.config.override_dirname.exclude_keys,
+        )
+        cfg.hydra.job.config_name = config_name
+        return cfg
 
 
 def _signature(repo: Any) -> tuple:
