@@ -148,33 +148,53 @@ def compose_and_check(
         chosen = _group_content(loader, cfg)
         result.problems += [p for p in trust_problems(cfg, hand, chosen) if p.key not in flagged]
     if cfg is not None and not validate:  # a sweep's master: its hydra values alone
-        try:
-            with hydra_compat.as_job(cfg, None):
-                result.problems += _hydra_value_problems(cfg, overrides)
-        except OmegaConfBaseException:  # hydra.run.dir, which no job of a sweep reads
-            result.problems += _hydra_value_problems(cfg, overrides)
+        result.problems += _master_hydra_problems(cfg, overrides)
     if cfg is not None and validate:
-        failed = {p.key for p in result.problems}
         # Who set what, for the checks of settings the run never reads (config/inert.py).
         origins = inert.origins_of(
             hand, chosen.choices, chosen.loaded, _primary(loader, config_name)
         )
-        try:
-            with hydra_compat.as_job(cfg, job_num), inert.tracing(origins):
-                result.run_dir = str(cfg.hydra.runtime.output_dir)
-                found = _hydra_value_problems(cfg, overrides)
-                resolved, checked = check(cfg, in_place=True)
-        except OmegaConfBaseException as exc:  # the job's folder itself cannot be known
-            result.run_dir = None
-            found = [_hydra_problem(cfg, str(getattr(exc, "full_key", "") or "hydra"), exc)]
-            with inert.tracing(origins):
-                resolved, checked = check(cfg, in_place=True)
-        found += checked
-        with open_dict(resolved):
-            result.hydra = resolved.pop(HYDRA_KEY)
-        result.resolved = resolved
-        result.problems += [p for p in found if p.key not in failed]
+        _check_job(result, cfg, overrides, job_num, origins)
     return result
+
+
+def _master_hydra_problems(cfg: DictConfig, overrides: Sequence[str]) -> list[Problem]:
+    """A sweep's master is checked for its ``hydra.*`` values alone: its jobs carry the
+    swept values, and are checked one by one."""
+    try:
+        with hydra_compat.as_job(cfg, None):
+            return _hydra_value_problems(cfg, overrides)
+    except OmegaConfBaseException:  # hydra.run.dir, which no job of a sweep reads
+        return _hydra_value_problems(cfg, overrides)
+
+
+def _check_job(
+    result: Composition,
+    cfg: DictConfig,
+    overrides: Sequence[str],
+    job_num: int | None,
+    origins: Any,
+) -> None:
+    """Resolve ``cfg`` as job ``job_num`` sees it and run every check on it, filling
+    ``result`` (run folder, ``hydra`` node, resolved config) and adding the problems on
+    keys not flagged yet. ``origins`` is who set what, for the checks of settings the run
+    never reads (config/inert.py)."""
+    failed = {p.key for p in result.problems}
+    try:
+        with hydra_compat.as_job(cfg, job_num), inert.tracing(origins):
+            result.run_dir = str(cfg.hydra.runtime.output_dir)
+            found = _hydra_value_problems(cfg, overrides)
+            resolved, checked = check(cfg, in_place=True)
+    except OmegaConfBaseException as exc:  # the job's folder itself cannot be known
+        result.run_dir = None
+        found = [_hydra_problem(cfg, str(getattr(exc, "full_key", "") or "hydra"), exc)]
+        with inert.tracing(origins):
+            resolved, checked = check(cfg, in_place=True)
+    found += checked
+    with open_dict(resolved):
+        result.hydra = resolved.pop(HYDRA_KEY)
+    result.resolved = resolved
+    result.problems += [p for p in found if p.key not in failed]
 
 
 def _hydra_value_problems(cfg: DictConfig, overrides: Sequence[str]) -> list[Problem]:
@@ -320,41 +340,7 @@ def _diagnose(
     loader: ConfigLoader, config_name: str | None, overrides: Sequence[str], run_mode: RunMode
 ) -> tuple[DictConfig | None, list[Problem]]:
     """Find every bad override, not just the first, and compose without them."""
-    parser = OverridesParser.create()
-    problems: list[Problem] = []
-    parsed: list[Override] = []
-    for text in overrides:
-        try:
-            override = parser.parse_override(text)
-        except HydraException as exc:
-            detail = exc.message if isinstance(exc, OverrideParseException) else str(exc)
-            problems.append(
-                Problem(
-                    text,
-                    text,
-                    f"is not a valid override: {detail.splitlines()[0]}",
-                    fix(
-                        note="write key=value (+key=value adds, ~key deletes); quote values "
-                        "with spaces or special characters"
-                    ),
-                    Kind.override,
-                )
-            )
-            continue
-        if override.is_sweep_override() and run_mode == RunMode.RUN:
-            key, _, value = text.partition("=")
-            problems.append(
-                Problem(
-                    key,
-                    value,
-                    "lists several values, which is a sweep; a single run takes one value.",
-                    fix(note=f"art-hydra -m {text}  (one job per value)"),
-                    Kind.override,
-                )
-            )
-            continue
-        parsed.append(override)
-
+    parsed, problems = _parsed_overrides(overrides, run_mode)
     groups = [o for o in parsed if hydra_compat.is_group(loader, o.key_or_group)]
     values = [o for o in parsed if o not in groups]
     good_groups: list[Override] = []
@@ -364,53 +350,9 @@ def _diagnose(
             good_groups.append(override)
         else:
             problems.append(problem)
-
-    def load(items: Sequence[Override]) -> DictConfig | None:
-        try:
-            return loader.load_configuration(
-                config_name, [o.input_line for o in items], run_mode=run_mode
-            )
-        except Exception:
-            return None
-
-    cfg = load(good_groups)
+    cfg = _compose_good_groups(loader, config_name, good_groups, run_mode, problems)
     if cfg is None:
-        accepted: list[Override] = []
-        for override in good_groups:
-            if load([*accepted, override]) is not None:
-                accepted.append(override)
-                continue
-            key = override.get_key_element()
-            error = _first_error(loader, config_name, [*accepted, override], run_mode)
-            problems.append(
-                Problem(
-                    key,
-                    override.get_value_element_as_str(),
-                    f"cannot be applied: {error}",
-                    fix(
-                        {key[1:]: override.get_value_element_as_str()},
-                        "drop the '+': the group is already in the defaults list",
-                        drops=(key[1:],),
-                    )
-                    if override.is_add()
-                    else fix(note=f"check '{key}' and the config file it selects"),
-                    Kind.group,
-                )
-            )
-        cfg = load(accepted)
-        if cfg is None:
-            problems.append(
-                Problem(
-                    str(config_name),
-                    str(config_name),
-                    "the primary config does not compose: "
-                    + _first_error(loader, config_name, [], run_mode),
-                    fix(note="repair the config files named above"),
-                    Kind.group,
-                )
-            )
-            return None, problems
-
+        return None, problems
     for override in values:
         if override.is_sweep_override():
             continue  # the multirun master does not carry swept values; points are checked
@@ -419,6 +361,123 @@ def _diagnose(
         except Exception as exc:
             problems.append(_value_override_problem(cfg, override, exc))
     return cfg, problems
+
+
+def _parsed_overrides(
+    overrides: Sequence[str], run_mode: RunMode
+) -> tuple[list[Override], list[Problem]]:
+    """Each override parsed on its own, so every one that does not parse is reported
+    (Hydra's parser stops at the first), and so is a sweep's list of values given to a
+    single run; the rest parsed, in order."""
+    parser = OverridesParser.create()
+    problems: list[Problem] = []
+    parsed: list[Override] = []
+    for text in overrides:
+        try:
+            override = parser.parse_override(text)
+        except HydraException as exc:
+            problems.append(_unparsable_problem(text, exc))
+            continue
+        if override.is_sweep_override() and run_mode == RunMode.RUN:
+            problems.append(_sweep_in_run_problem(text))
+            continue
+        parsed.append(override)
+    return parsed, problems
+
+
+def _unparsable_problem(text: str, exc: HydraException) -> Problem:
+    """An override Hydra's grammar rejects, with the first line of its reason."""
+    detail = exc.message if isinstance(exc, OverrideParseException) else str(exc)
+    return Problem(
+        text,
+        text,
+        f"is not a valid override: {detail.splitlines()[0]}",
+        fix(
+            note="write key=value (+key=value adds, ~key deletes); quote values "
+            "with spaces or special characters"
+        ),
+        Kind.override,
+    )
+
+
+def _sweep_in_run_problem(text: str) -> Problem:
+    """A list of values (a sweep) given to a single run, which takes one."""
+    key, _, value = text.partition("=")
+    return Problem(
+        key,
+        value,
+        "lists several values, which is a sweep; a single run takes one value.",
+        fix(note=f"art-hydra -m {text}  (one job per value)"),
+        Kind.override,
+    )
+
+
+def _compose_good_groups(
+    loader: ConfigLoader,
+    config_name: str | None,
+    groups: list[Override],
+    run_mode: RunMode,
+    problems: list[Problem],
+) -> DictConfig | None:
+    """The config composed with the group choices ``groups``. Where that fails, each
+    choice is tried after those that composed before it, and each that breaks the
+    composition is added to ``problems``; None (and a problem) where not even the
+    primary config composes."""
+    cfg = _load_or_none(loader, config_name, groups, run_mode)
+    if cfg is not None:
+        return cfg
+    accepted: list[Override] = []
+    for override in groups:
+        if _load_or_none(loader, config_name, [*accepted, override], run_mode) is not None:
+            accepted.append(override)
+            continue
+        error = _first_error(loader, config_name, [*accepted, override], run_mode)
+        problems.append(_group_override_problem(override, error))
+    cfg = _load_or_none(loader, config_name, accepted, run_mode)
+    if cfg is None:
+        problems.append(
+            Problem(
+                str(config_name),
+                str(config_name),
+                "the primary config does not compose: "
+                + _first_error(loader, config_name, [], run_mode),
+                fix(note="repair the config files named above"),
+                Kind.group,
+            )
+        )
+    return cfg
+
+
+def _load_or_none(
+    loader: ConfigLoader, config_name: str | None, items: Sequence[Override], run_mode: RunMode
+) -> DictConfig | None:
+    """The config composed with ``items``, or None where Hydra cannot compose it (the
+    reason is read again, by :func:`_first_error`, only for the report)."""
+    try:
+        return loader.load_configuration(
+            config_name, [o.input_line for o in items], run_mode=run_mode
+        )
+    except Exception:
+        return None
+
+
+def _group_override_problem(override: Override, error: str) -> Problem:
+    """A group choice that breaks the composition (``error``): the fix drops a '+' that
+    adds a group already in the defaults list, or points at the file it selects."""
+    key = override.get_key_element()
+    return Problem(
+        key,
+        override.get_value_element_as_str(),
+        f"cannot be applied: {error}",
+        fix(
+            {key[1:]: override.get_value_element_as_str()},
+            "drop the '+': the group is already in the defaults list",
+            drops=(key[1:],),
+        )
+        if override.is_add()
+        else fix(note=f"check '{key}' and the config file it selects"),
+        Kind.group,
+    )
 
 
 def _first_error(
