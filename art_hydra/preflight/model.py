@@ -408,73 +408,16 @@ def _tokenizer_problems(
 ) -> tuple[Any, list[Problem]]:
     """The tokenizer files: present, loadable, with an EOS and a pad id (or one derived
     from EOS, as the torch backend derives it)."""
-    kind = folder_tokenizer.has_tokenizer_files(folder)
-    if kind is None:
-        return None, [
-            _name_problem(
-                name,
-                "holds no tokenizer files (tokenizer.json, or tokenizer.model / vocab.json + "
-                "merges.txt), so no tokenizer can be loaded from it.",
-                "save the tokenizer next to the model: AutoTokenizer.from_pretrained(<the base "
-                "model>).save_pretrained(folder)",
-            )
-        ]
-    if kind == "sentencepiece" and not any(
-        importlib.util.find_spec(m) for m in ("sentencepiece", "tiktoken")
-    ):
-        return None, [
-            _name_problem(
-                name,
-                "holds only a tokenizer.model (no tokenizer.json), which transformers reads "
-                "with the sentencepiece or tiktoken package, and neither is installed here: "
-                "the tokenizer could not load.",
-                "pip install sentencepiece (then run again), or save the tokenizer with "
-                "tokenizer.json where it loads: AutoTokenizer.from_pretrained(folder)."
-                "save_pretrained(folder)",
-            )
-        ]
-    if kind != "json":
-        return None, [
-            _name_problem(
-                name,
-                "holds a tokenizer without tokenizer.json (only "
-                + ("tokenizer.model" if kind == "sentencepiece" else "vocab.json + merges.txt")
-                + "): prompt and answer lengths, EOS and pad are checked only after it loads.",
-                "save it once with AutoTokenizer.from_pretrained(folder).save_pretrained(folder), "
-                "which writes tokenizer.json",
-                warning=True,
-            )
-        ]
+    unreadable = _tokenizer_files_problem(folder, name)
+    if unreadable is not None:
+        return None, [unreadable]
     try:
         tokenizer = folder_tokenizer.load(folder)
     except FolderError as exc:
         return None, [
             _name_problem(name, f"holds a tokenizer that cannot be loaded: {exc}.", _RESAVE)
         ]
-    problems: list[Problem] = []
-    eos = folder_tokenizer.eos_token(tokenizer, folder, config)
-    if eos is None:
-        problems.append(
-            _name_problem(
-                name,
-                "has a tokenizer with no EOS token (tokenizer_config.json eos_token, "
-                "generation_config.json or config.json eos_token_id): a completion could never "
-                "end, and with no pad token either, batches could not be padded.",
-                'add "eos_token": "<the token that ends a turn>" to its tokenizer_config.json',
-            )
-        )
-    elif eos[1] != "tokenizer_config.json":
-        problems.append(
-            _name_problem(
-                name,
-                f"has a tokenizer with no eos_token of its own: the run takes {eos[0]!r} from "
-                f"{eos[1]} as EOS"
-                + ("" if tokenizer.specials.get("pad_token") else " and as the pad token")
-                + ".",
-                f'add "eos_token": {eos[0]!r} to its tokenizer_config.json to say so',
-                warning=True,
-            )
-        )
+    problems = _eos_problems(tokenizer, folder, config, name)
     vocab = model_files.vocab_size(config)
     if vocab is not None and len(tokenizer) > vocab:
         problems.append(
@@ -486,6 +429,73 @@ def _tokenizer_problems(
             )
         )
     return tokenizer, problems
+
+
+def _tokenizer_files_problem(folder: Path, name: str) -> Problem | None:
+    """Why the folder's tokenizer cannot be read here (no files; a tokenizer.model with
+    neither package that reads it), or a warning that it is read only after the check
+    (no tokenizer.json); None for a tokenizer.json, which the check reads itself."""
+    kind = folder_tokenizer.has_tokenizer_files(folder)
+    if kind is None:
+        return _name_problem(
+            name,
+            "holds no tokenizer files (tokenizer.json, or tokenizer.model / vocab.json + "
+            "merges.txt), so no tokenizer can be loaded from it.",
+            "save the tokenizer next to the model: AutoTokenizer.from_pretrained(<the base "
+            "model>).save_pretrained(folder)",
+        )
+    if kind == "sentencepiece" and not any(
+        importlib.util.find_spec(m) for m in ("sentencepiece", "tiktoken")
+    ):
+        return _name_problem(
+            name,
+            "holds only a tokenizer.model (no tokenizer.json), which transformers reads "
+            "with the sentencepiece or tiktoken package, and neither is installed here: "
+            "the tokenizer could not load.",
+            "pip install sentencepiece (then run again), or save the tokenizer with "
+            "tokenizer.json where it loads: AutoTokenizer.from_pretrained(folder)."
+            "save_pretrained(folder)",
+        )
+    if kind != "json":
+        return _name_problem(
+            name,
+            "holds a tokenizer without tokenizer.json (only "
+            + ("tokenizer.model" if kind == "sentencepiece" else "vocab.json + merges.txt")
+            + "): prompt and answer lengths, EOS and pad are checked only after it loads.",
+            "save it once with AutoTokenizer.from_pretrained(folder).save_pretrained(folder), "
+            "which writes tokenizer.json",
+            warning=True,
+        )
+    return None
+
+
+def _eos_problems(tokenizer: Any, folder: Path, config: dict[str, Any], name: str) -> list[Problem]:
+    """No EOS anywhere (a completion could never end), or one taken from elsewhere than
+    the tokenizer's own config (said, since it also becomes the pad token)."""
+    eos = folder_tokenizer.eos_token(tokenizer, folder, config)
+    if eos is None:
+        return [
+            _name_problem(
+                name,
+                "has a tokenizer with no EOS token (tokenizer_config.json eos_token, "
+                "generation_config.json or config.json eos_token_id): a completion could never "
+                "end, and with no pad token either, batches could not be padded.",
+                'add "eos_token": "<the token that ends a turn>" to its tokenizer_config.json',
+            )
+        ]
+    if eos[1] != "tokenizer_config.json":
+        return [
+            _name_problem(
+                name,
+                f"has a tokenizer with no eos_token of its own: the run takes {eos[0]!r} from "
+                f"{eos[1]} as EOS"
+                + ("" if tokenizer.specials.get("pad_token") else " and as the pad token")
+                + ".",
+                f'add "eos_token": {eos[0]!r} to its tokenizer_config.json to say so',
+                warning=True,
+            )
+        ]
+    return []
 
 
 def _top_p(cfg: DictConfig, config: dict[str, Any], tokenizer: Any) -> list[Problem]:
