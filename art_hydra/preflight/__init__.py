@@ -777,25 +777,43 @@ def sweep_folder_problems(
     ``resume_mode`` defaults to the master's ``resume``."""
     folder = Path(sweep_dir)
     value = str(sweep_dir)
+    names, problems = _sweep_folder_entries(folder, value)
+    if problems or not names:
+        return problems
+    problems = _another_sweep_problems(folder, value, names, master_cfg)
+    if problems:
+        return problems
+    return _sweep_restart_problems(folder, value, names, master_cfg, resume_mode)
+
+
+def _sweep_folder_entries(folder: Path, value: str) -> tuple[list[str], list[Problem]]:
+    """The sweep folder's entries, sorted (none: absent or empty, a fresh sweep), or why
+    no sweep can be written there (a path refused, not creatable, not a folder, the root
+    or home directory, unreadable)."""
     refusal = path_refusal(folder)
     if refusal is not None:
-        return [_sweep_folder(value, f"{refusal}.", fix(note="a shorter path"))]
+        return [], [_sweep_folder(value, f"{refusal}.", fix(note="a shorter path"))]
     kind = run_folder.entry_kind(folder)
     if kind is None:
         uncreatable = creation_refusal(folder)
-        return [] if uncreatable is None else [_sweep_folder(value, uncreatable, _NEW_SWEEP)]
+        return [], [] if uncreatable is None else [_sweep_folder(value, uncreatable, _NEW_SWEEP)]
     resolved = folder.resolve()
     if kind != "folder" or resolved in (Path(resolved.anchor), Path.home().resolve()):
         what = "is not a folder" if kind != "folder" else "is the root or home directory"
         reason = f"{what}: a sweep writes its jobs' folders there."
-        return [_sweep_folder(value, reason, _NEW_SWEEP)]
+        return [], [_sweep_folder(value, reason, _NEW_SWEEP)]
     try:
-        names = sorted(os.listdir(folder))
+        return sorted(os.listdir(folder)), []
     except OSError as exc:
-        return [_sweep_folder(value, f"cannot be read: {exc.strerror or exc}.", _NEW_SWEEP)]
+        return [], [_sweep_folder(value, f"cannot be read: {exc.strerror or exc}.", _NEW_SWEEP)]
+
+
+def _another_sweep_problems(
+    folder: Path, value: str, names: list[str], master_cfg: Any
+) -> list[Problem]:
+    """A folder with entries that is not this sweep's: no ``multirun.yaml`` (not a
+    sweep's folder), one that cannot be read, or one of a sweep with other overrides."""
     saved_name = run_files.SWEEP_FILES[0]  # multirun.yaml
-    if not names:
-        return []
     if saved_name not in names:
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         return [
@@ -822,6 +840,14 @@ def sweep_folder_problems(
                 ),
             )
         ]
+    return []
+
+
+def _sweep_restart_problems(
+    folder: Path, value: str, names: list[str], master_cfg: Any, resume_mode: Any
+) -> list[Problem]:
+    """This same sweep again: refused under ``resume=false`` once any job folder exists
+    (it would train over those runs), naming ``resume=auto``."""
     mode = run_folder.resume_mode(
         {"resume": master_cfg.get("resume", False) if resume_mode is None else resume_mode}
     )
