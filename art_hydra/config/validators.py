@@ -771,23 +771,34 @@ def report_to_names_known_trackers(cfg: DictConfig) -> Iterator[Problem]:
     """``logging.report_to`` names trackers art_hydra has (the nearest name offered for a
     misspelt one), ``none`` alone, each once; ``logging.tensorboard`` set against it
     keeps its old meaning, with a word about the contradiction."""
-    from art_hydra.config.tracker_names import LIBRARIES, NONE, TENSORBOARD
+    from art_hydra.config.tracker_names import LIBRARIES, NONE
 
     names = [str(n) for n in cfg.logging.report_to or []]
     known = [*LIBRARIES, NONE]
     kept = [n for n in names if n in known]
+    yield from _unknown_tracker_problems(names, known)
+    yield from _tracker_list_problems(names, kept)
+    yield from _tensorboard_switch_problems(cfg.logging.tensorboard, names, kept)
 
-    def nearest(name: str) -> str | None:
-        if name in known:
-            return name
-        near = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.5)
-        return near[0] if near else None
 
-    repaired = [n for n in (nearest(n) for n in names) if n is not None]
+def _nearest_tracker(name: str, known: list[str]) -> str | None:
+    """``name`` if known, else the closest known tracker name (None: nothing close)."""
+    if name in known:
+        return name
+    near = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.5)
+    return near[0] if near else None
+
+
+def _unknown_tracker_problems(names: list[str], known: list[str]) -> Iterator[Problem]:
+    """One error per unknown name in ``logging.report_to``, offering the nearest known
+    name; the fix is the whole list with each name repaired (or dropped)."""
+    from art_hydra.config.tracker_names import TENSORBOARD
+
+    repaired = [n for n in (_nearest_tracker(n, known) for n in names) if n is not None]
     for name in names:
         if name in known:
             continue
-        near = [nearest(name)] if nearest(name) else []
+        near = [_nearest_tracker(name, known)] if _nearest_tracker(name, known) else []
         better = repaired
         yield Problem(
             "logging.report_to",
@@ -797,6 +808,13 @@ def report_to_names_known_trackers(cfg: DictConfig) -> Iterator[Problem]:
             + ".",
             fix({"logging.report_to": list(dict.fromkeys(better)) or [TENSORBOARD]}),
         )
+
+
+def _tracker_list_problems(names: list[str], kept: list[str]) -> Iterator[Problem]:
+    """The known names (``kept``) as a list: ``none`` beside a tracker contradicts it
+    (an error), a tracker named twice is opened once (a warning)."""
+    from art_hydra.config.tracker_names import NONE
+
     if NONE in kept and len(set(kept)) > 1:
         others = list(dict.fromkeys(n for n in kept if n != NONE))
         yield Problem(
@@ -813,7 +831,15 @@ def report_to_names_known_trackers(cfg: DictConfig) -> Iterator[Problem]:
             f"names {', '.join(duplicates)} more than once; each tracker is opened once.",
             fix({"logging.report_to": list(dict.fromkeys(kept))}),
         )
-    switch = cfg.logging.tensorboard
+
+
+def _tensorboard_switch_problems(
+    switch: bool | None, names: list[str], kept: list[str]
+) -> Iterator[Problem]:
+    """``logging.tensorboard`` (the older switch) set against ``logging.report_to``: it
+    still wins, as it did, with a warning about the contradiction."""
+    from art_hydra.config.tracker_names import NONE, TENSORBOARD
+
     explicit = names != [TENSORBOARD]  # report_to as the user set it (not its default)
     if switch is True and TENSORBOARD not in kept:
         yield _warning(
