@@ -199,36 +199,12 @@ def generate(
     the example's ``answer`` (None when it has none)."""
     import torch
 
-    from art_hydra import trained
     from art_hydra.producer import encode_prompt
-    from art_hydra.rl.sampling import suppressed_ids
 
     where = _device(device)
-    loaded = trained.load(source, device=str(where), trust_remote_code=trust_remote_code)
-    model, tokenizer = loaded.model, loaded.tokenizer
-    if dtype != "auto":
-        model.to(getattr(torch, dtype))
-    elif where.type != "cpu" and loaded.native_dtype is not None:
-        model.to(loaded.native_dtype)
+    model, tokenizer = _load_model(source, where, dtype, trust_remote_code)
     budget = max_new_tokens or source.max_new_tokens or 64
-    stops = {tokenizer.eos_token_id}
-    extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    stops.update(extra if isinstance(extra, (list, tuple)) else [extra])
-    stops.discard(None)
-    options: dict[str, Any] = {
-        "max_new_tokens": budget,
-        "num_return_sequences": num,
-        "eos_token_id": sorted(stops),
-        "pad_token_id": tokenizer.pad_token_id
-        if tokenizer.pad_token_id is not None
-        else tokenizer.eos_token_id,
-        # Special tokens the run's sampler never produced (pad, BOS, unknown).
-        "suppress_tokens": list(suppressed_ids(tokenizer)) or None,
-    }
-    if temperature > 0:
-        options.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
-    else:
-        options.update(do_sample=False, temperature=None, top_k=None, top_p=None)
+    options = _generation_options(model, tokenizer, budget, num, temperature)
     torch.manual_seed(seed)
     rows = []
     for example in examples:
@@ -253,6 +229,51 @@ def generate(
                 }
             )
     return rows
+
+
+def _load_model(source: Source, where: Any, dtype: str, trust_remote_code: bool) -> tuple[Any, Any]:
+    """The trained model and its tokenizer on ``where``, in ``dtype`` (``auto``: as
+    loaded on CPU, the model's own dtype on an accelerator)."""
+    import torch
+
+    from art_hydra import trained
+
+    loaded = trained.load(source, device=str(where), trust_remote_code=trust_remote_code)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    if dtype != "auto":
+        model.to(getattr(torch, dtype))
+    elif where.type != "cpu" and loaded.native_dtype is not None:
+        model.to(loaded.native_dtype)
+    return model, tokenizer
+
+
+def _generation_options(
+    model: Any, tokenizer: Any, budget: int, num: int, temperature: float
+) -> dict[str, Any]:
+    """``model.generate``'s options: stop at the tokenizer's EOS or any the model's
+    generation config names, never produce what the run's sampler never did, and sample
+    at ``temperature`` (0: greedy)."""
+    from art_hydra.rl.sampling import suppressed_ids
+
+    stops = {tokenizer.eos_token_id}
+    extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    stops.update(extra if isinstance(extra, (list, tuple)) else [extra])
+    stops.discard(None)
+    options: dict[str, Any] = {
+        "max_new_tokens": budget,
+        "num_return_sequences": num,
+        "eos_token_id": sorted(stops),
+        "pad_token_id": tokenizer.pad_token_id
+        if tokenizer.pad_token_id is not None
+        else tokenizer.eos_token_id,
+        # Special tokens the run's sampler never produced (pad, BOS, unknown).
+        "suppress_tokens": list(suppressed_ids(tokenizer)) or None,
+    }
+    if temperature > 0:
+        options.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+    else:
+        options.update(do_sample=False, temperature=None, top_k=None, top_p=None)
+    return options
 
 
 def _score(source: Source, rows: list[dict[str, Any]]) -> None:

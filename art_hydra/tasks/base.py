@@ -139,38 +139,59 @@ def iter_examples(
 
 
 def _raw_examples(cfg: Any, errors: Scan | None, rules: DataRules) -> Iterator[tuple[str, Example]]:
-    from art_hydra.tasks import dataset
-
+    """The task's examples as its source gives them, each with where it came from (see
+    :func:`iter_examples`), by ``task.source``."""
     task_cfg = cfg.task
     if task_cfg.source == TaskSource.generated:
-        generator = resolve_task_code(task_cfg, "task.generator")
-        for i, example in enumerate(generate_examples(task_cfg, generator, cfg.seed)):
-            if isinstance(example, Example):
-                yield f"example #{i} ({example.prompt[:40]!r})", example
-            else:
-                _bad(
-                    errors,
-                    f"example #{i}",
-                    f"is a {type(example).__name__}; a generator must yield "
-                    "art_hydra.tasks.Example objects",
-                )
-        return
-    if task_cfg.source == TaskSource.jsonl:
-        path = os.path.expanduser(str(task_cfg.path))
-        rows = iter_records(
-            path, max_line_bytes=rules.max_line_bytes, limit_reason=rules.limit_reason
-        )
-        for where, record in rows:
-            found = (
-                record
-                if isinstance(record, str)
-                else record_example(record, rules.answer_needed_by)
+        yield from _generated_examples(task_cfg, cfg.seed, errors)
+    elif task_cfg.source == TaskSource.jsonl:
+        yield from _jsonl_examples(task_cfg, errors, rules)
+    else:
+        yield from _dataset_examples(task_cfg, errors, rules)
+
+
+def _generated_examples(
+    task_cfg: Any, seed: int, errors: Scan | None
+) -> Iterator[tuple[str, Example]]:
+    """A generator task's examples (``task.generator`` called with the run's seed); what
+    it yields that is not an :class:`Example` is a bad row."""
+    generator = resolve_task_code(task_cfg, "task.generator")
+    for i, example in enumerate(generate_examples(task_cfg, generator, seed)):
+        if isinstance(example, Example):
+            yield f"example #{i} ({example.prompt[:40]!r})", example
+        else:
+            _bad(
+                errors,
+                f"example #{i}",
+                f"is a {type(example).__name__}; a generator must yield "
+                "art_hydra.tasks.Example objects",
             )
-            if isinstance(found, str):
-                _bad(errors, where, found)
-            else:
-                yield where, found
-        return
+
+
+def _jsonl_examples(
+    task_cfg: Any, errors: Scan | None, rules: DataRules
+) -> Iterator[tuple[str, Example]]:
+    """A JSONL file's examples, line by line (a line that cannot be used is a bad row)."""
+    path = os.path.expanduser(str(task_cfg.path))
+    rows = iter_records(path, max_line_bytes=rules.max_line_bytes, limit_reason=rules.limit_reason)
+    for where, record in rows:
+        found = (
+            record if isinstance(record, str) else record_example(record, rules.answer_needed_by)
+        )
+        if isinstance(found, str):
+            _bad(errors, where, found)
+        else:
+            yield where, found
+
+
+def _dataset_examples(
+    task_cfg: Any, errors: Scan | None, rules: DataRules
+) -> Iterator[tuple[str, Example]]:
+    """A dataset's examples (a file or folder :mod:`art_hydra.tasks.dataset` reads), from
+    ``task.split``, its columns as ``task`` maps them; a source that cannot be opened or
+    lacks the split is one error."""
+    from art_hydra.tasks import dataset
+
     try:
         source = dataset.resolve_source(str(task_cfg.path))
         splits = dataset.split_names(source)
