@@ -37,13 +37,6 @@ class AlgorithmName(Enum):
     sft = "sft"
 
 
-class BackendName(Enum):
-    """Which library loads and trains the model."""
-
-    torch = "torch"
-    unsloth = "unsloth"
-
-
 class Device(Enum):
     """Where the model runs; ``auto`` picks CUDA when torch sees a GPU."""
 
@@ -258,9 +251,14 @@ class ModelConfig:
 class BackendConfig:
     """The library that loads and trains the model."""
 
-    name: BackendName = setting(
-        BackendName.torch,
-        help="torch: transformers + peft, any device; unsloth: Unsloth's fast kernels.",
+    name: str = setting(
+        "torch",
+        help=(
+            "The backend: a name registered with register_backend "
+            "(art_hydra.config.backends): torch (transformers + peft, any device), unsloth "
+            "(Unsloth's fast kernels), or one a plugin or launcher script registers."
+        ),
+        registry="backend",
     )
     device: Device = setting(Device.auto, help="Device to train on.")
     gradient_checkpointing: bool = setting(
