@@ -434,6 +434,17 @@ class RLConfig:
     scale_rewards: bool = setting(
         True, help="Divide group-centred rewards by the group's standard deviation."
     )
+    advantage_estimator: str = setting(
+        "group_relative",
+        help=(
+            "How a group's rewards become advantages: a name registered with "
+            "@register_advantage_estimator (art_hydra.rl.advantages): group_relative (GRPO: "
+            "the reward minus the group mean, over the group's std under rl.scale_rewards), "
+            "or one a plugin or launcher script registers."
+        ),
+        registry="advantage_estimator",
+        legacy="group_relative",
+    )
     importance_sampling_cap: float | None = setting(
         None,
         gt=0,

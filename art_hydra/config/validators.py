@@ -219,8 +219,10 @@ def model_and_backend_agree(cfg: DictConfig) -> Iterator[Problem]:
             True,
             f"backend={backend.name} loads weights in full or half precision; 4-bit loading "
             "needs "
-            + (" or ".join(f"the {b.words} backend ({b.help})" for b in able) or "a backend that "
-               "declares four_bit")
+            + (
+                " or ".join(f"the {b.words} backend ({b.help})" for b in able)
+                or "a backend that declares four_bit"
+            )
             + ".",
             _four_bit_fix(backend, able),
         )
