@@ -600,13 +600,18 @@ def _switch(backend: Backend, to: Backend) -> dict[str, str]:
 
 @validator
 def backend_plugins_import(cfg: DictConfig) -> Iterator[Problem]:
-    """A backend plugin (``art_hydra.backends`` entry point) that failed to import is named,
-    not silently left out of the choices."""
-    for where, error in backend_load_errors():
+    """A backend or advantage-estimator plugin (``art_hydra.backends``,
+    ``art_hydra.advantage_estimators`` entry points) that failed to import is named, not
+    silently left out of the choices."""
+    from art_hydra.config.advantage_estimators import advantage_estimator_load_errors
+
+    failed = [("backend", *e) for e in backend_load_errors()]
+    failed += [("advantage-estimator", *e) for e in advantage_estimator_load_errors()]
+    for what, where, error in failed:
         yield Problem(
             f"entry point {where.partition('=')[0]}",
             where.partition("=")[2],
-            f"the backend plugin failed to import: {error}",
+            f"the {what} plugin failed to import: {error}",
             fix(note="repair or uninstall the package that provides it"),
             Kind.plugin,
         )
