@@ -27,9 +27,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from art_hydra import run_folder, run_identity
 from art_hydra.config import fields, run_files
+from art_hydra.config.backends import get_backend
 from art_hydra.config.composition import Composition
 from art_hydra.config.problems import Placeholder, Problem, fix, placeholder
-from art_hydra.config.backends import get_backend
 from art_hydra.config.schema import Device, DistBackend
 from art_hydra.config.trust import by_hand
 from art_hydra.preflight.common import world_problem

@@ -94,7 +94,7 @@ def test_the_launcher_s_estimator_is_known_to_validation(tmp_path: Path) -> None
 
 def test_the_default_is_grpo_s_group_relative_estimator() -> None:
     assert default("rl.advantage_estimator") == "group_relative"
-    assert list(advantage_estimators())[0] == "group_relative"
+    assert next(iter(advantage_estimators())) == "group_relative"
     rewards = [1.0, 0.0, 0.5, 0.5, 0.2, 0.2, 0.2, 0.2]
     advantages, zero = group_advantages(rewards, group_size=4, scale=True)
     named, _ = group_advantages(rewards, group_size=4, scale=True, estimator="group_relative")
