@@ -104,6 +104,12 @@ class Backend:
         also sets the group's device and checkpointing), else ``backend.name``."""
         return {"backend": self.name} if self.builtin else {"backend.name": self.name}
 
+    def override_to(self, other: Backend) -> dict[str, str]:
+        """The override that moves a run on this backend to ``other``: the config group
+        between art_hydra's own (it resets the group's device and checkpointing too),
+        else ``backend.name`` (the key a plugin's backend was chosen with)."""
+        return other.choose() if self.builtin else {"backend.name": other.name}
+
     def loader(self) -> Callable[..., Any]:
         """The load function (importing its module now, when the run needs it)."""
         if callable(self.load):
@@ -145,21 +151,21 @@ def register_backend(
 
     def declare(fn: str | Callable[..., Any], module: str) -> Backend:
         backend = Backend(
-            name,
-            fn,
-            prepare,
-            four_bit,
-            several_ranks,
-            overlap_rollouts,
-            own_precision,
-            tuple(devices),
-            cpu_note,
-            tuple(requires),
-            install,
-            title,
-            tuple(checks),
-            help or " ".join((getattr(fn, "__doc__", None) or "").split()).partition(". ")[0],
-            module,
+            name=name,
+            load=fn,
+            prepare=prepare,
+            four_bit=four_bit,
+            several_ranks=several_ranks,
+            overlap_rollouts=overlap_rollouts,
+            own_precision=own_precision,
+            devices=tuple(devices),
+            cpu_note=cpu_note,
+            requires=tuple(requires),
+            install=install,
+            title=title,
+            checks=tuple(checks),
+            help=help or " ".join((getattr(fn, "__doc__", None) or "").split()).partition(". ")[0],
+            module=module,
         )
         old = _backends.get(name)
         if old is not None and (old.module, _where(old.load)) != (module, _where(fn)):

@@ -194,9 +194,9 @@ def _four_bit_fix(backend: Backend, able: list[Backend]) -> Fix:
     off = fix({"model.load_in_4bit": False})
     here = [b for b in able if b.installed]
     if here:
-        return fix(_switch(backend, here[0]), alt=off)
+        return fix(backend.override_to(here[0]), alt=off)
     if able and able[0].install:
-        chosen = " ".join(f"{k}={v}" for k, v in _switch(backend, able[0]).items())
+        chosen = " ".join(f"{k}={v}" for k, v in backend.override_to(able[0]).items())
         return fix(
             {"model.load_in_4bit": False},
             f"{able[0].words} is not installed here",
@@ -581,7 +581,7 @@ def overlapped_rollouts_have_a_sampler(cfg: DictConfig) -> Iterator[Problem]:
             "overlap_rollouts=False).",
             fix(
                 {"rl.overlap_rollouts": default("rl.overlap_rollouts")},
-                alt=fix(_switch(backend, _default_backend(backend))),
+                alt=fix(backend.override_to(_default_backend(backend))),
             ),
         )
 
@@ -589,13 +589,6 @@ def overlapped_rollouts_have_a_sampler(cfg: DictConfig) -> Iterator[Problem]:
 def _default_backend(backend: Backend) -> Backend:
     """The default backend (torch), which the fixes offer instead of one that cannot."""
     return get_backend(default("backend.name")) or backend
-
-
-def _switch(backend: Backend, to: Backend) -> dict[str, str]:
-    """The override that moves a run from ``backend`` to ``to``: the config group between
-    art_hydra's own (it resets the group's device and checkpointing too), else
-    ``backend.name`` (the key a plugin's backend was chosen with)."""
-    return to.choose() if backend.builtin else {"backend.name": to.name}
 
 
 @validator
@@ -673,7 +666,7 @@ def ranks_agree_with_the_launch(cfg: DictConfig) -> Iterator[Problem]:
             backend.name,
             f"{backend.words} trains on one device (its declaration says several_ranks=False); "
             f"this run has {ranks} ranks.",
-            fix(_switch(backend, _default_backend(backend)), "data-parallel over the ranks"),
+            fix(backend.override_to(_default_backend(backend)), "data-parallel over the ranks"),
         )
     if cfg.distributed.backend == DistBackend.nccl and cfg.backend.device == Device.cpu:
         yield Problem(

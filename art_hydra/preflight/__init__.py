@@ -251,7 +251,7 @@ def declared_backend_problems(cfg: DictConfig, devices_here: bool = True) -> lis
     if backend is None:  # composition refused the name
         return []
     torch_backend = get_backend(fields.default("backend.name")) or backend
-    instead = torch_backend.choose() if backend.builtin else {"backend.name": torch_backend.name}
+    instead = backend.override_to(torch_backend)
     problems: list[Problem] = []
     if not backend.installed:
         missing = [m for m in backend.requires if importlib.util.find_spec(m) is None]
