@@ -36,6 +36,7 @@ from art_hydra.preflight.common import world_problem
 from art_hydra.preflight.evaluation import evaluation_problems
 from art_hydra.preflight.model import model_problems
 from art_hydra.preflight.registry import (
+    WorldCheck,
     crashed,
     plugin_problems,
     registered_world_checks,
@@ -281,7 +282,15 @@ def declared_backend_problems(cfg: DictConfig, devices_here: bool = True) -> lis
             )
         )
     for check in backend.checks:
-        problems += check(cfg, devices_here) or ()
+        try:
+            problems += check(cfg, devices_here) or ()
+        except OmegaConfBaseException:
+            raise  # a value no check could read: reported by the caller
+        except Exception as exc:  # a plugin backend's bug is reported, art_hydra's own raises
+            if backend.builtin:
+                raise
+            name = f"{backend.name}: {getattr(check, '__name__', check)}"
+            problems.append(crashed(WorldCheck(name, check, ()), exc))
     return problems
 
 

@@ -59,6 +59,13 @@ def load(model_cfg, backend_cfg, seed, charset=None):
 
     print("acme_torch: loading", model_cfg.name, file=sys.stderr)
     return torch_load(model_cfg, backend_cfg, seed, charset)
+
+
+def broken_check(cfg, devices_here):
+    raise RuntimeError("acme's check has a bug")
+
+
+register_backend("acme_broken", load=load, checks=(broken_check,))
 '''
 
 #: The user's launcher: import the module that registers, then art_hydra's own CLI.
@@ -132,6 +139,11 @@ def test_what_the_launcher_s_backend_cannot_do_is_refused_from_its_declaration(
     assert overlap.returncode == 1 and any(
         key == "rl.overlap_rollouts" and "backend.name=torch" in fix for key, _, fix in entries
     ), entries
+    # A plugin backend's check that crashes is reported by name, not a traceback.
+    broken = _launch(tmp_path, "backend.name=acme_broken", "dry_run=true")
+    out = output_of(broken)
+    assert broken.returncode == 1 and "Traceback" not in out, out
+    assert "world check acme_broken: broken_check" in out and "acme's check has a bug" in out
     # A misspelt name gets the nearest registered one.
     bad = _launch(tmp_path, "backend.name=acme_trch", "dry_run=true")
     assert bad.returncode == 1
