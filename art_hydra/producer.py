@@ -371,7 +371,9 @@ class RLProducer:
                 scores.none_all,
                 len(rewards),
             )
-        advantages, zero_spread = group_advantages(rewards, n, self.rl.scale_rewards)
+        advantages, zero_spread = group_advantages(
+            rewards, n, self.rl.scale_rewards, estimator=self.rl.advantage_estimator
+        )
         sequences = [
             Sequence(tokens=p + c, prompt_len=len(p), advantage=a, sampler_logprobs=lp)
             for p, c, a, lp in zip(repeated, completions, advantages, logprobs, strict=True)

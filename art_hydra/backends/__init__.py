@@ -1,22 +1,39 @@
 """Model backends: load (or build) the model and tokenizer a run trains.
 
-``torch`` uses transformers + peft and runs anywhere; ``unsloth`` uses Unsloth's
-kernels on a CUDA GPU. Each backend is imported only when selected, and nothing
-outside ``unsloth_backend`` imports unsloth.
+Which backends exist, and what each can do, is the backend registry's
+(:mod:`art_hydra.config.backends`; art_hydra's own are declared in
+:mod:`art_hydra.backends.declared`): ``torch`` uses transformers + peft and runs
+anywhere; ``unsloth`` uses Unsloth's kernels on a CUDA GPU. A backend's module is
+imported only when selected, and nothing outside ``unsloth_backend`` imports unsloth.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-from art_hydra.config.schema import BackendName
+from art_hydra.config.backends import Backend, get_backend
+
+
+def selected(backend_cfg: Any) -> Backend:
+    """The registered backend ``backend.name`` names (validation has checked the name)."""
+    backend = get_backend(backend_cfg.name)
+    if backend is None:
+        from art_hydra.config.backends import backend_names
+
+        raise ValueError(
+            f"backend.name={backend_cfg.name} is not a registered backend "
+            f"({', '.join(backend_names())})"
+        )
+    return backend
 
 
 def prepare(backend_cfg: Any) -> None:
     """Import what the backend must import first (Unsloth patches transformers, and its
     patches apply only when it comes before transformers in the process)."""
-    if backend_cfg.name == BackendName.unsloth:
-        import unsloth  # noqa: F401
+    module = selected(backend_cfg).prepare
+    if module:
+        importlib.import_module(module)
 
 
 def load_model(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None) -> Any:
@@ -25,10 +42,4 @@ def load_model(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None 
     ``charset`` is the tiny model's vocabulary (the task's characters); pretrained
     models bring their own tokenizer.
     """
-    if backend_cfg.name == BackendName.unsloth:
-        from art_hydra.backends.unsloth_backend import load
-
-        return load(model_cfg, backend_cfg, seed, charset)
-    from art_hydra.backends.torch_backend import load
-
-    return load(model_cfg, backend_cfg, seed, charset)
+    return selected(backend_cfg).loader()(model_cfg, backend_cfg, seed, charset)

@@ -177,6 +177,18 @@ def _both_ways(model: Any, lora_cfg: Any) -> list[Problem]:
     ]
 
 
+def peft_lora_settings(lora_cfg: Any) -> dict[str, Any]:
+    """``model.lora`` in peft's words (``LoraConfig``'s and Unsloth's ``get_peft_model``'s
+    keyword arguments), written once so that both backends build the same adapters."""
+    return {
+        "r": lora_cfg.r,
+        "lora_alpha": lora_cfg.alpha,
+        "lora_dropout": lora_cfg.dropout,
+        "target_modules": list(lora_cfg.target_modules),
+        "modules_to_save": list(lora_cfg.modules_to_save) or None,
+    }
+
+
 def add_lora(model: Any, lora_cfg: Any, seed: int) -> Any:
     """``model`` with LoRA adapters (deterministic per seed), as peft's ``LoraModel``."""
     import torch
@@ -188,11 +200,7 @@ def add_lora(model: Any, lora_cfg: Any, seed: int) -> Any:
             problems, footer="The model was loaded; nothing was trained or written."
         )
     config = LoraConfig(
-        r=lora_cfg.r,
-        lora_alpha=lora_cfg.alpha,
-        lora_dropout=lora_cfg.dropout,
-        target_modules=list(lora_cfg.target_modules),
-        modules_to_save=list(lora_cfg.modules_to_save) or None,
+        **peft_lora_settings(lora_cfg),
         task_type="CAUSAL_LM",
         base_model_name_or_path=getattr(model.config, "_name_or_path", None) or None,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-from art_hydra.backends.adapters import unmatched_names
+from art_hydra.backends.adapters import peft_lora_settings, unmatched_names
 from art_hydra.backends.layout import unpacked_layout
 from art_hydra.backends.torch_backend import LoadedModel, resolve_device, torch_dtype
 from art_hydra.config.problems import ConfigValidationError
@@ -58,11 +58,7 @@ def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None
             )
         model = FastLanguageModel.get_peft_model(
             model,
-            r=lora.r,
-            lora_alpha=lora.alpha,
-            lora_dropout=lora.dropout,
-            target_modules=list(lora.target_modules),
-            modules_to_save=list(lora.modules_to_save) or None,
+            **peft_lora_settings(lora),
             use_gradient_checkpointing=checkpointing,
             random_state=seed,
         )

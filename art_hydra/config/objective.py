@@ -54,10 +54,14 @@ CONDITIONAL_METRICS: dict[str, tuple[str, Callable[[Any], bool]]] = {
 
 
 def _loss_scaled(cfg: Any) -> bool:
-    """Whether the run may train with float16 loss scaling: the torch backend (Unsloth
-    trains without a scaler) with float16, or with ``auto`` on a pretrained folder,
+    """Whether the run may train with float16 loss scaling: a backend that leaves precision
+    to the trainer (not one that declares ``own_precision``, as Unsloth, which trains
+    without a scaler) with float16, or with ``auto`` on a pretrained folder,
     whose own dtype (float16 or not) only the loaded checkpoint tells."""
-    if _name(cfg.backend.name) != "torch":
+    from art_hydra.config.backends import get_backend
+
+    backend = get_backend(_name(cfg.backend.name))
+    if backend is None or backend.own_precision:
         return False
     dtype = _name(cfg.model.dtype)
     return dtype == "float16" or (dtype == "auto" and _name(cfg.model.source) == "pretrained")

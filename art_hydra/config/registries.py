@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from art_hydra.config.advantage_estimators import advantage_estimator_names
+from art_hydra.config.backends import backend_names
 from art_hydra.config.policy_losses import policy_loss_names
 
 #: Registry -> (what one entry is, in words; the names registered now).
 REGISTRIES: dict[str, tuple[str, Callable[[], tuple[str, ...]]]] = {
     "policy_loss": ("a registered policy loss", policy_loss_names),
+    "backend": ("a registered backend", backend_names),
+    "advantage_estimator": ("a registered advantage estimator", advantage_estimator_names),
 }
 
 

@@ -37,13 +37,6 @@ class AlgorithmName(Enum):
     sft = "sft"
 
 
-class BackendName(Enum):
-    """Which library loads and trains the model."""
-
-    torch = "torch"
-    unsloth = "unsloth"
-
-
 class Device(Enum):
     """Where the model runs; ``auto`` picks CUDA when torch sees a GPU."""
 
@@ -258,9 +251,14 @@ class ModelConfig:
 class BackendConfig:
     """The library that loads and trains the model."""
 
-    name: BackendName = setting(
-        BackendName.torch,
-        help="torch: transformers + peft, any device; unsloth: Unsloth's fast kernels.",
+    name: str = setting(
+        "torch",
+        help=(
+            "The backend: a name registered with register_backend "
+            "(art_hydra.config.backends): torch (transformers + peft, any device), unsloth "
+            "(Unsloth's fast kernels), or one a plugin or launcher script registers."
+        ),
+        registry="backend",
     )
     device: Device = setting(Device.auto, help="Device to train on.")
     gradient_checkpointing: bool = setting(
@@ -435,6 +433,17 @@ class RLConfig:
     )
     scale_rewards: bool = setting(
         True, help="Divide group-centred rewards by the group's standard deviation."
+    )
+    advantage_estimator: str = setting(
+        "group_relative",
+        help=(
+            "How a group's rewards become advantages: a name registered with "
+            "@register_advantage_estimator (art_hydra.rl.advantages): group_relative (GRPO: "
+            "the reward minus the group mean, over the group's std under rl.scale_rewards), "
+            "or one a plugin or launcher script registers."
+        ),
+        registry="advantage_estimator",
+        legacy="group_relative",
     )
     importance_sampling_cap: float | None = setting(
         None,

@@ -11,7 +11,6 @@ cheap and import nothing heavy.
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import math
 import os
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from contextvars import ContextVar
 from omegaconf import DictConfig
 
 from art_hydra.config import run_files
+from art_hydra.config.backends import Backend, backend_load_errors, backends, get_backend
 from art_hydra.config.eval_rules import PREFIX as EVAL_PREFIX  # registers the eval rules
 from art_hydra.config.eval_rules import objective_problem as eval_objective_problem
 from art_hydra.config.fields import default
@@ -37,7 +37,6 @@ from art_hydra.config.problems import Fix, Kind, Problem, Severity, fix, placeho
 from art_hydra.config.registry import validator
 from art_hydra.config.schema import (
     AlgorithmName,
-    BackendName,
     Device,
     DistBackend,
     DType,
@@ -190,24 +189,42 @@ def sequences_fit_the_model(cfg: DictConfig) -> Iterator[Problem]:
         )
 
 
+def _four_bit_fix(backend: Backend, able: list[Backend]) -> Fix:
+    """Choose a backend that loads 4-bit weights (one installed here first), or drop 4 bits."""
+    off = fix({"model.load_in_4bit": False})
+    here = [b for b in able if b.installed]
+    if here:
+        return fix(backend.override_to(here[0]), alt=off)
+    if able and able[0].install:
+        chosen = " ".join(f"{k}={v}" for k, v in backend.override_to(able[0]).items())
+        return fix(
+            {"model.load_in_4bit": False},
+            f"{able[0].words} is not installed here",
+            alt=fix(note=f"{able[0].install}, then {chosen}"),
+        )
+    return off
+
+
 @validator
 def model_and_backend_agree(cfg: DictConfig) -> Iterator[Problem]:
-    model, backend = cfg.model, cfg.backend
+    """4-bit loading is a backend's declared capability (``four_bit``); the tiny model and
+    full fine-tuning cannot use it on any backend."""
+    model, backend = cfg.model, get_backend(cfg.backend.name)
     if not model.load_in_4bit:
         return
-    if backend.name != BackendName.unsloth:
+    if backend is not None and not backend.four_bit:
+        able = [b for b in backends().values() if b.four_bit]
         yield Problem(
             "model.load_in_4bit",
             True,
-            f"backend={backend.name.name} loads weights in full or half precision; 4-bit loading "
-            "needs the Unsloth backend (bitsandbytes kernels on a CUDA GPU).",
-            fix({"backend": "unsloth"}, alt=fix({"model.load_in_4bit": False}))
-            if importlib.util.find_spec("unsloth") is not None
-            else fix(
-                {"model.load_in_4bit": False},
-                "Unsloth is not installed here",
-                alt=fix(note='pip install "art-hydra[unsloth]", then backend=unsloth'),
-            ),
+            f"backend={backend.name} loads weights in full or half precision; 4-bit loading "
+            "needs "
+            + (
+                " or ".join(f"the {b.words} backend ({b.help})" for b in able)
+                or "a backend that declares four_bit"
+            )
+            + ".",
+            _four_bit_fix(backend, able),
         )
     if model.source == ModelSource.tiny:
         yield Problem(
@@ -235,7 +252,9 @@ def half_weights_train_on_masters(cfg: DictConfig) -> Iterator[Problem]:
     model = cfg.model
     if model.master_weights:
         return
-    torch_full = model.finetune == FinetuneMethod.full and cfg.backend.name == BackendName.torch
+    backend = get_backend(cfg.backend.name)
+    own_precision = backend is not None and backend.own_precision
+    torch_full = model.finetune == FinetuneMethod.full and not own_precision
     if torch_full and model.dtype == DType.float16:
         yield Problem(
             "model.master_weights",
@@ -253,8 +272,8 @@ def half_weights_train_on_masters(cfg: DictConfig) -> Iterator[Problem]:
     why = (
         "model.finetune=lora trains float32 adapters over a frozen base"
         if model.finetune == FinetuneMethod.lora
-        else "backend=unsloth manages its own precision"
-        if cfg.backend.name == BackendName.unsloth
+        else f"backend={cfg.backend.name} manages its own precision"
+        if own_precision
         else "model.dtype=float32 has no half weights"
         if model.dtype == DType.float32
         else None
@@ -548,19 +567,46 @@ def cispo_has_its_cap(cfg: DictConfig) -> Iterator[Problem]:
 
 @validator
 def overlapped_rollouts_have_a_sampler(cfg: DictConfig) -> Iterator[Problem]:
-    """Overlapped rollouts sample on a copy of the policy in a second thread; Unsloth's
-    patched model and kernels are built for one model on one stream."""
-    if _is_rl(cfg) and cfg.rl.overlap_rollouts and cfg.backend.name == BackendName.unsloth:
+    """Overlapped rollouts sample on a copy of the policy in a second thread: a backend
+    declares whether it allows that (``overlap_rollouts``; Unsloth's patched model and
+    kernels are built for one model on one stream)."""
+    backend = get_backend(cfg.backend.name)
+    if _is_rl(cfg) and cfg.rl.overlap_rollouts and backend and not backend.overlap_rollouts:
         yield Problem(
             "rl.overlap_rollouts",
             True,
             "samples on a copy of the policy in a second thread while the trainer trains, "
-            "which the torch backend provides; Unsloth patches one model for its own "
-            "kernels and generation.",
+            f"which the {_default_backend(backend).words} backend provides; {backend.words} "
+            "patches one model for its own kernels and generation (its declaration says "
+            "overlap_rollouts=False).",
             fix(
                 {"rl.overlap_rollouts": default("rl.overlap_rollouts")},
-                alt=fix({"backend": "torch"}),
+                alt=fix(backend.override_to(_default_backend(backend))),
             ),
+        )
+
+
+def _default_backend(backend: Backend) -> Backend:
+    """The default backend (torch), which the fixes offer instead of one that cannot."""
+    return get_backend(default("backend.name")) or backend
+
+
+@validator
+def backend_plugins_import(cfg: DictConfig) -> Iterator[Problem]:
+    """A backend or advantage-estimator plugin (``art_hydra.backends``,
+    ``art_hydra.advantage_estimators`` entry points) that failed to import is named, not
+    silently left out of the choices."""
+    from art_hydra.config.advantage_estimators import advantage_estimator_load_errors
+
+    failed = [("backend", *e) for e in backend_load_errors()]
+    failed += [("advantage-estimator", *e) for e in advantage_estimator_load_errors()]
+    for what, where, error in failed:
+        yield Problem(
+            f"entry point {where.partition('=')[0]}",
+            where.partition("=")[2],
+            f"the {what} plugin failed to import: {error}",
+            fix(note="repair or uninstall the package that provides it"),
+            Kind.plugin,
         )
 
 
@@ -613,12 +659,14 @@ def ranks_agree_with_the_launch(cfg: DictConfig) -> Iterator[Problem]:
             ),
         )
     ranks = world_size(cfg)
-    if ranks > 1 and cfg.backend.name == BackendName.unsloth:
+    backend = get_backend(cfg.backend.name)
+    if ranks > 1 and backend is not None and not backend.several_ranks:
         yield Problem(
-            "backend",
-            "unsloth",
-            f"Unsloth trains on one device; this run has {ranks} ranks.",
-            fix({"backend": "torch"}, "data-parallel over the ranks"),
+            next(iter(backend.choose())),
+            backend.name,
+            f"{backend.words} trains on one device (its declaration says several_ranks=False); "
+            f"this run has {ranks} ranks.",
+            fix(backend.override_to(_default_backend(backend)), "data-parallel over the ranks"),
         )
     if cfg.distributed.backend == DistBackend.nccl and cfg.backend.device == Device.cpu:
         yield Problem(

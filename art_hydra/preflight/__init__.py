@@ -27,14 +27,16 @@ from omegaconf.errors import OmegaConfBaseException
 
 from art_hydra import run_folder, run_identity
 from art_hydra.config import fields, run_files
+from art_hydra.config.backends import get_backend
 from art_hydra.config.composition import Composition
 from art_hydra.config.problems import Placeholder, Problem, fix, placeholder
-from art_hydra.config.schema import BackendName, Device, DistBackend
+from art_hydra.config.schema import Device, DistBackend
 from art_hydra.config.trust import by_hand
 from art_hydra.preflight.common import world_problem
 from art_hydra.preflight.evaluation import evaluation_problems
 from art_hydra.preflight.model import model_problems
 from art_hydra.preflight.registry import (
+    WorldCheck,
     crashed,
     plugin_problems,
     registered_world_checks,
@@ -242,34 +244,59 @@ def cuda_present() -> bool:
     return any(Path("/dev").glob("nvidia[0-9]*"))
 
 
-def backend_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem]:
-    backend = cfg.backend
+def declared_backend_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem]:
+    """What the selected backend's declaration asks of this environment: the modules it
+    requires are installed, a backend made for CUDA alone finds a GPU, and its own world
+    checks (``register_backend(..., checks=...)``)."""
+    backend = get_backend(cfg.backend.name)
+    if backend is None:  # composition refused the name
+        return []
+    torch_backend = get_backend(fields.default("backend.name")) or backend
+    instead = backend.override_to(torch_backend)
     problems: list[Problem] = []
-    if backend.name == BackendName.unsloth and importlib.util.find_spec("unsloth") is None:
+    if not backend.installed:
+        missing = [m for m in backend.requires if importlib.util.find_spec(m) is None]
         problems.append(
             world_problem(
-                "backend",
-                "unsloth",
-                "Unsloth is not installed in this environment.",
-                fix({"backend": "torch"}, alt=fix(note='pip install "art-hydra[unsloth]"')),
+                next(iter(backend.choose())),
+                backend.name,
+                f"{backend.words} is not installed in this environment"
+                + (f" (no module {', '.join(missing)})." if not backend.title else "."),
+                fix(instead, alt=fix(note=backend.install) if backend.install else None),
             )
         )
     elif (
         devices_here
-        and backend.name == BackendName.unsloth
-        and backend.device != Device.cuda
+        and "cpu" not in backend.devices
+        and cfg.backend.device != Device.cuda
         and not cuda_present()
     ):
         problems.append(
             world_problem(
                 "backend.device",
-                backend.device.name,
-                "no CUDA GPU is visible: Unsloth runs its CPU fallback (plain transformers + "
-                "peft behind its API), which suits testing, not speed.",
-                fix({"backend": "torch"}, "the same run without Unsloth"),
+                cfg.backend.device.name,
+                "no CUDA GPU is visible: "
+                + (backend.cpu_note or f"{backend.words} is made for CUDA GPUs, not the CPU."),
+                fix(instead, f"the same run without {backend.words}"),
                 warning=True,
             )
         )
+    for check in backend.checks:
+        try:
+            problems += check(cfg, devices_here) or ()
+        except OmegaConfBaseException:
+            raise  # a value no check could read: reported by the caller
+        except Exception as exc:  # a plugin backend's bug is reported, art_hydra's own raises
+            if backend.builtin:
+                raise
+            name = f"{backend.name}: {getattr(check, '__name__', check)}"
+            problems.append(crashed(WorldCheck(name, check, ()), exc))
+    return problems
+
+
+def backend_problems(cfg: DictConfig, devices_here: bool = True) -> list[Problem]:
+    backend = cfg.backend
+    problems: list[Problem] = declared_backend_problems(cfg, devices_here)
     if devices_here and backend.device == Device.cuda and not cuda_present():
         problems.append(
             world_problem(

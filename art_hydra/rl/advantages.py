@@ -1,36 +1,73 @@
-"""Group-normalised advantages (GRPO)."""
+"""Advantages of grouped completions (GRPO), by a registered estimator.
+
+:func:`group_advantages` splits a generation batch into its groups (one prompt's
+completions each) and asks the estimator ``rl.advantage_estimator`` names for each
+group's advantages; the built-in ``group_relative`` (GRPO's group-normalised reward)
+registers here with :func:`register_advantage_estimator`, as a plugin's would. The
+registry (:mod:`art_hydra.config.advantage_estimators`) holds the names validation
+reads; this module imports nothing heavy.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
+from art_hydra.config.advantage_estimators import (
+    get_advantage_estimator,
+    register_advantage_estimator,
+)
+
+__all__ = ["group_advantages", "group_relative", "register_advantage_estimator"]
+
+
+@register_advantage_estimator(
+    "group_relative", help="GRPO: the reward minus its group's mean, over the group's std"
+)
+def group_relative(group: Sequence[float], scale: bool, eps: float) -> list[float]:
+    """GRPO's advantage: the reward minus the group mean, divided by the group's sample
+    standard deviation (plus ``eps``) when ``scale``. A group whose rewards are all equal
+    has advantage 0 for every member (exactly, whatever the mean's rounding)."""
+    size = len(group)
+    if max(group) == min(group):
+        return [0.0] * size
+    mean = sum(group) / size
+    centred = [r - mean for r in group]
+    if scale:
+        std = math.sqrt(sum(c * c for c in centred) / (size - 1))
+        centred = [c / (std + eps) for c in centred]
+    return centred
+
 
 def group_advantages(
-    rewards: Sequence[float], group_size: int, scale: bool, eps: float = 1e-4
+    rewards: Sequence[float],
+    group_size: int,
+    scale: bool,
+    eps: float = 1e-4,
+    estimator: str = "group_relative",
 ) -> tuple[list[float], list[bool]]:
     """Advantages of completions grouped by prompt, and which groups carry no signal
-    (their count is the ``zero_std_groups`` metric).
+    (their rewards are all equal; their count is the ``zero_std_groups`` metric).
 
-    Within each consecutive group of ``group_size`` rewards the advantage is the reward
-    minus the group mean, divided by the group's sample standard deviation (plus
-    ``eps``) when ``scale``. A group whose rewards are all equal has advantage 0 for
-    every member: it contributes nothing to the gradient and is flagged.
+    Each consecutive group of ``group_size`` rewards goes to the registered estimator
+    ``estimator`` (``rl.advantage_estimator``) with ``scale`` (``rl.scale_rewards``) and
+    ``eps``, which returns one advantage per reward.
     """
     if group_size < 2 or len(rewards) % group_size:
         raise ValueError(f"{len(rewards)} rewards do not split into groups of {group_size}")
+    found = get_advantage_estimator(estimator)
+    if found is None:
+        raise ValueError(f"rl.advantage_estimator={estimator} is not a registered estimator")
     advantages: list[float] = []
     zero_spread: list[bool] = []
     for start in range(0, len(rewards), group_size):
-        group = rewards[start : start + group_size]
-        mean = sum(group) / group_size
+        group = list(rewards[start : start + group_size])
         zero_spread.append(max(group) == min(group))
-        if zero_spread[-1]:
-            advantages.extend([0.0] * group_size)
-            continue
-        centred = [r - mean for r in group]
-        if scale:
-            std = math.sqrt(sum(c * c for c in centred) / (group_size - 1))
-            centred = [c / (std + eps) for c in centred]
-        advantages.extend(centred)
+        values = [float(a) for a in found.fn(group, scale, eps)]
+        if len(values) != group_size:
+            raise ValueError(
+                f"advantage estimator {estimator!r} returned {len(values)} advantages for a "
+                f"group of {group_size} rewards"
+            )
+        advantages.extend(values)
     return advantages, zero_spread

@@ -25,7 +25,7 @@ EVERY_CLASS = {
     "trainer.max_stepz=10": ("trainer.max_stepz", Kind.unknown_key, ["trainer.max_steps=10"]),
     "model.name=???": ("model.name", Kind.missing, ["model.name=<value>"]),
     "algorithm=foo": ("algorithm", Kind.group, ["algorithm=sft"]),
-    "backend.name=tensorflow": ("backend.name", Kind.type, ["backend.name=torch"]),
+    "backend.name=tensorflow": ("backend.name", Kind.bound, ["backend.name=torch"]),
     "rl.num_generations=1": ("rl.num_generations", Kind.bound, ["rl.num_generations=8"]),
     "trainer.gradient_accumulation_steps=2": (
         "trainer.gradient_accumulation_steps",

@@ -173,6 +173,7 @@ def test_resume_rules_and_legacy_values_are_those_the_run_folder_always_used() -
         "rl.steps_per_generation": 1,
         "rl.overlap_rollouts": False,
         "rl.importance_sampling_cap": None,
+        "rl.advantage_estimator": "group_relative",
         "model.master_weights": False,
         "producer.share_prompts": False,
         "backend.cpu_threads": None,

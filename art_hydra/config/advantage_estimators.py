@@ -1,0 +1,112 @@
+"""The advantage-estimator registry: the names ``rl.advantage_estimator`` accepts.
+
+An advantage estimator is one function, registered where it is defined with
+:func:`register_advantage_estimator` (re-exported by :mod:`art_hydra.rl.advantages`,
+where the built-in ``group_relative`` registers the same way)::
+
+    @register_advantage_estimator("leave_one_out", help="RLOO's baseline")
+    def leave_one_out(group, scale, eps):
+        n = len(group)
+        return [r - (sum(group) - r) / (n - 1) for r in group]
+
+It receives the rewards of one prompt's completions (``rl.num_generations`` of them),
+``rl.scale_rewards`` and a small ``eps`` for divisions, and returns one advantage per
+completion, in order. :func:`art_hydra.rl.advantages.group_advantages` splits a
+generation batch into groups, calls the chosen estimator on each and flags the groups
+whose rewards are all equal (the ``zero_std_groups`` metric).
+
+Estimators come from three places, loaded once per process before the first lookup:
+art_hydra's own (:data:`BUILTIN_MODULES`), installed packages through the
+``art_hydra.advantage_estimators`` entry-point group (a module whose import registers
+some), and any module a launcher script imported before calling ``art_hydra.cli.main()``.
+
+This module is on the compose/validate path: it imports nothing heavier than the
+standard library.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+#: Entry-point group through which other packages contribute advantage estimators.
+ENTRY_POINT_GROUP = "art_hydra.advantage_estimators"
+
+#: art_hydra's own estimator modules, loaded as a plugin would be (torch-free).
+BUILTIN_MODULES = ("art_hydra.rl.advantages",)
+
+
+@dataclass(frozen=True)
+class AdvantageEstimator:
+    """One registered estimator: ``fn(group, scale, eps)`` -> one advantage per reward."""
+
+    name: str
+    fn: Callable[..., Any]
+    help: str
+    module: str
+
+
+_estimators: dict[str, AdvantageEstimator] = {}
+_loaded = False
+#: (where, the error) of estimator modules that failed to import.
+_load_errors: list[tuple[str, str]] = []
+
+
+def register_advantage_estimator(
+    name: str, *, help: str = ""
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the decorated function as ``rl.advantage_estimator=name``; ``help``: one
+    line for reports (default: the docstring's first sentence)."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        module = getattr(fn, "__module__", "")
+        old = _estimators.get(name)
+        if old is not None and (old.module, old.fn.__qualname__) != (module, fn.__qualname__):
+            raise ValueError(
+                f"advantage estimator {name!r} is registered twice: by "
+                f"{old.module}.{old.fn.__qualname__} and by {module}.{fn.__qualname__}"
+            )
+        doc = help or " ".join((fn.__doc__ or "").split()).partition(". ")[0]
+        _estimators[name] = AdvantageEstimator(name, fn, doc, module)
+        return fn
+
+    return register
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+        except Exception as exc:  # reported by validation, not a traceback
+            _load_errors.append((f"{ENTRY_POINT_GROUP}:{ep.name}={ep.value}", repr(exc)))
+
+
+def advantage_estimators() -> dict[str, AdvantageEstimator]:
+    """Every registered estimator by name (built-ins first, then plugins, in load order)."""
+    _load()
+    return dict(_estimators)
+
+
+def advantage_estimator_names() -> tuple[str, ...]:
+    """The names ``rl.advantage_estimator`` accepts."""
+    return tuple(advantage_estimators())
+
+
+def advantage_estimator_load_errors() -> list[tuple[str, str]]:
+    """Estimator plugins that failed to import: ``(entry point, error)``."""
+    _load()
+    return list(_load_errors)
+
+
+def get_advantage_estimator(name: Any) -> AdvantageEstimator | None:
+    """The estimator registered as ``name``, or None."""
+    return advantage_estimators().get(str(getattr(name, "name", name)))
