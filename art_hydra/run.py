@@ -412,13 +412,8 @@ class TrainingRecipe:
     ) -> None:
         from art_hydra.ranks import coordinator_for
 
-        self.cfg, self.run_dir, self.stop, self.world, self.record = (
-            cfg,
-            run_dir,
-            stop,
-            world,
-            record,
-        )
+        self.cfg, self.run_dir, self.world, self.record = cfg, run_dir, world, record
+        self.stop = stop  # the signals' stop request (interrupts.StopRequest)
         self.sample_and_score_s = _sample_and_score_s(cfg)
         self.ranks = coordinator_for(
             world, cfg.distributed.timeout_s, self.sample_and_score_s, cfg.timeouts.checkpoint_s

@@ -16,8 +16,8 @@ from art_hydra import compose
 from art_hydra import distributed as dist_setup
 from art_hydra.backends import load_model
 from art_hydra.packing import Sequence, pack
-from art_hydra.rl.sampling import SamplingSettings
 from art_hydra.ranks import coordinator_for
+from art_hydra.rl.sampling import SamplingSettings
 from art_hydra.tasks import build_task
 from art_hydra.trainer import Objective, Trainer
 
