@@ -514,10 +514,10 @@ class TrainingRecipe:
     def _setup_rollouts_ahead(self) -> None:
         """With rl.overlap_rollouts, the sampler makes the next step's rollouts while a
         step trains."""
-        import torch
-
         if self.cfg.algorithm.name != AlgorithmName.rl or not self.cfg.rl.overlap_rollouts:
             return
+        import torch
+
         from art_hydra.producer import RolloutsAhead
 
         # Sampling and training run at once: half the cores each.
