@@ -570,7 +570,8 @@ class TrainingRecipe:
             result = self._train_step(step, inputs)
             measured = _step_metrics(result, time.perf_counter() - started)
             self.last = ranks.combine(result, measured, stop)
-            self._record_step(step, inputs[0].samples, self._evaluate(step))
+            eval_samples = self._evaluate(step)  # where due; its eval/* keys join the line
+            self._record_step(step, inputs[0].samples, eval_samples)
             if self.checkpoints.due(step, cfg.trainer.max_steps) or ranks.stopping(stop):
                 self.save(step)
             elif ranks.keeps_last_step:
@@ -677,15 +678,14 @@ class TrainingRecipe:
             assert self.finished is not None
             self.finished.save(self.checkpoints, trainer)
             self.saved_step = trainer.step
-        stopping = self.ranks.stopping(stop)
-        if self.complete and self.failure is None and stopping:
+        if self.complete and self.failure is None and self.ranks.stopping(stop):
             log.info(
                 "%s came after the last step (%d of %d): the run is finished",
                 stop.name,
                 trainer.step,
                 self.cfg.trainer.max_steps,
             )
-        elif stopping or self.failure is not None:
+        elif self.ranks.stopping(stop) or self.failure is not None:
             if self.saved_step is None and self.records.forget():
                 log.info(
                     "no checkpoint was written: removed this run's records from %s", self.run_dir
