@@ -264,30 +264,14 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> RunResu
     from art_hydra import distributed
     from art_hydra.backends import prepare
     from art_hydra.interrupts import stop_on_signals
-    from art_hydra.run_folder import (
-        FolderInUse,
-        RunLock,
-        adopt_hydra_record,
-        detach_logs,
-        discard_hydra_record,
-        folder_key,
-    )
+    from art_hydra.run_folder import adopt_hydra_record, discard_hydra_record
 
     prepare(cfg.backend)  # Unsloth must come before transformers (and torch's imports)
     from art_hydra.backends.torch_backend import resolve_device
 
     world = distributed.setup(cfg.distributed, resolve_device(cfg.backend.device))
     world.run_dir = run_dir
-    lock = RunLock(run_dir)
-    try:
-        if world.is_main:
-            lock.acquire()
-    except FolderInUse as exc:
-        detach_logs(run_dir)
-        raise RunFolderBusy(
-            f"the run folder {run_dir} is in use by {exc}; one run per folder. Wait for it, "
-            f"or choose another folder ({folder_key()}=...)"
-        ) from None
+    lock = _lock_folder(run_dir, world)
     distributed.write_status(world, "running")
     # Rank 0 keeps the job's result.json: "running" while it holds the lock.
     record = JobRecord(run_dir, cfg) if world.is_main else None
@@ -313,6 +297,24 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> RunResu
     distributed.write_status(world, "done")
     distributed.teardown(world)
     return RunResult(value, summary)
+
+
+def _lock_folder(run_dir: Path, world: Any) -> Any:
+    """The run folder's lock, taken by rank 0 (the other ranks hold the same object, not
+    taken): a folder another live process holds is refused as :class:`RunFolderBusy`."""
+    from art_hydra.run_folder import FolderInUse, RunLock, detach_logs, folder_key
+
+    lock = RunLock(run_dir)
+    try:
+        if world.is_main:
+            lock.acquire()
+    except FolderInUse as exc:
+        detach_logs(run_dir)
+        raise RunFolderBusy(
+            f"the run folder {run_dir} is in use by {exc}; one run per folder. Wait for it, "
+            f"or choose another folder ({folder_key()}=...)"
+        ) from None
+    return lock
 
 
 def _finish_record(record: JobRecord | None, status: str, reason: str | None) -> float:
