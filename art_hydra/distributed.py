@@ -14,10 +14,12 @@ construction:
 * per checkpoint: a gather of the producers' states, then a barrier that waits for rank 0
   to write, bounded by ``timeouts.checkpoint_s``.
 
-Control collectives run on a gloo group of their own (``gloo`` carries Python objects and
-names the ranks a barrier misses). A collective that fails or runs past
-``distributed.timeout_s`` stops the run with an error naming the ranks that did not
-answer, read from their status files in the run folder (``.ranks/``).
+The run's loop reaches these through its rank coordinator (:mod:`art_hydra.ranks`),
+whose single-process form calls none of them. Control collectives run on a gloo group of
+their own (``gloo`` carries Python objects and names the ranks a barrier misses). A
+collective that fails or runs past ``distributed.timeout_s`` stops the run with an error
+naming the ranks that did not answer, read from their status files in the run folder
+(``.ranks/``).
 """
 
 from __future__ import annotations

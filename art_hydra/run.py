@@ -264,30 +264,14 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> RunResu
     from art_hydra import distributed
     from art_hydra.backends import prepare
     from art_hydra.interrupts import stop_on_signals
-    from art_hydra.run_folder import (
-        FolderInUse,
-        RunLock,
-        adopt_hydra_record,
-        detach_logs,
-        discard_hydra_record,
-        folder_key,
-    )
+    from art_hydra.run_folder import adopt_hydra_record, discard_hydra_record
 
     prepare(cfg.backend)  # Unsloth must come before transformers (and torch's imports)
     from art_hydra.backends.torch_backend import resolve_device
 
     world = distributed.setup(cfg.distributed, resolve_device(cfg.backend.device))
     world.run_dir = run_dir
-    lock = RunLock(run_dir)
-    try:
-        if world.is_main:
-            lock.acquire()
-    except FolderInUse as exc:
-        detach_logs(run_dir)
-        raise RunFolderBusy(
-            f"the run folder {run_dir} is in use by {exc}; one run per folder. Wait for it, "
-            f"or choose another folder ({folder_key()}=...)"
-        ) from None
+    lock = _lock_folder(run_dir, world)
     distributed.write_status(world, "running")
     # Rank 0 keeps the job's result.json: "running" while it holds the lock.
     record = JobRecord(run_dir, cfg) if world.is_main else None
@@ -313,6 +297,24 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> RunResu
     distributed.write_status(world, "done")
     distributed.teardown(world)
     return RunResult(value, summary)
+
+
+def _lock_folder(run_dir: Path, world: Any) -> Any:
+    """The run folder's lock, taken by rank 0 (the other ranks hold the same object, not
+    taken): a folder another live process holds is refused as :class:`RunFolderBusy`."""
+    from art_hydra.run_folder import FolderInUse, RunLock, detach_logs, folder_key
+
+    lock = RunLock(run_dir)
+    try:
+        if world.is_main:
+            lock.acquire()
+    except FolderInUse as exc:
+        detach_logs(run_dir)
+        raise RunFolderBusy(
+            f"the run folder {run_dir} is in use by {exc}; one run per folder. Wait for it, "
+            f"or choose another folder ({folder_key()}=...)"
+        ) from None
+    return lock
 
 
 def _finish_record(record: JobRecord | None, status: str, reason: str | None) -> float:
@@ -342,16 +344,16 @@ def _finish_record(record: JobRecord | None, status: str, reason: str | None) ->
 
 class _ProducerStates:
     """The producers' states of every rank as one component of a checkpoint: rank 0
-    writes them all (``gathered`` before each save); on resume each rank takes back its
-    own. One process: its producer's state as it is."""
+    writes them all (``gathered`` by the rank coordinator before each save); on resume
+    each rank takes back its own. One process (nothing gathered): its producer's state
+    as it is."""
 
     def __init__(self, producer: Any, world: Any, gathered: list[Any] | None = None) -> None:
         self.producer, self.world, self.gathered = producer, world, gathered
 
     def state_dict(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        if not self.world.enabled:
+        if self.gathered is None:
             return self.producer.state_dict()
-        assert self.gathered is not None
         tensors = {
             f"rank{rank}.{name}": tensor
             for rank, (rank_tensors, _) in enumerate(self.gathered)
@@ -379,169 +381,375 @@ class _ProducerStates:
 def _train_locked(
     cfg: DictConfig, run_dir: Path, stop: Any, world: Any, record: JobRecord | None = None
 ) -> dict[str, Any]:
-    # ---- setup -----------------------------------------------------------------------
-    import torch
+    """The run in its locked folder, as a recipe: set up (resuming where asked), train,
+    close the channel and the record whatever happened, then clean up (a stop's report,
+    or the finished run's summary)."""
+    recipe = TrainingRecipe(cfg, run_dir, stop, world, record)
+    recipe.setup()
+    try:
+        recipe.train()
+    except Exception as exc:
+        # A step that fails after a stop request (a reward past its bound): the stop
+        # still keeps the last finished step. One process only: ranks share no snapshot.
+        if not stop.requested or not recipe.ranks.keeps_last_step:
+            raise
+        recipe.failure = exc
+    finally:
+        recipe.close()
+    return recipe.cleanup()
 
-    from art_hydra import run_folder, run_identity
-    from art_hydra.checkpoint import Checkpointer
-    from art_hydra.queue import StepChannel
 
-    _prepare_process(cfg, world)
-    is_rl = cfg.algorithm.name == AlgorithmName.rl
-    trainer, producer = build_trainer_and_producer(cfg, world)
-    _log_what_trains(cfg, world, trainer, producer)
-    from art_hydra.evaluation import Evaluator
+class TrainingRecipe:
+    """One run in its locked folder, in the shape of torchtune's recipes: :meth:`setup`
+    (small ``_setup_*`` builders, and :meth:`resume` where the run resumes), :meth:`train`
+    (the loop), :meth:`save` (a checkpoint), :meth:`close` (channel and record) and
+    :meth:`cleanup` (what a stop kept, or the summary).
 
-    evaluator = Evaluator.for_run(cfg, producer, trainer.loaded, world)
-    if evaluator is not None:
-        log.info("%s", evaluator.describe())
-    producer_states = _ProducerStates(producer, world)
-    # One process saves the producer's own state; the ranks save theirs together. Both
-    # load through _ProducerStates, which refuses a checkpoint of another number of ranks.
-    components = {"trainer": trainer, "producer": producer_states}
-    checkpoints = Checkpointer(run_dir, cfg.checkpoint, cfg.timeouts.checkpoint_s)
-    start_step = 0
-    # resume=true, or resume=auto where the run has a checkpoint (auto clears the records
-    # of a run that ended before its first checkpoint, under this lock, and starts afresh).
-    resuming = run_folder.start_resumed(cfg, run_dir, clear=world.is_main)
-    if resuming:
-        start_step = _resume(cfg, run_dir, world, checkpoints, components, record)
-    # What this invocation adds to the folder: removed again if it stops before its
-    # first checkpoint, so the printed command can start the run afresh there.
-    records = _FreshRecords(run_dir, fresh=not resuming and world.is_main)
-    saved_step = start_step if resuming else None
+    Whatever spans the ranks goes through ``self.ranks``, the run's rank coordinator
+    (:mod:`art_hydra.ranks`): a single process's does nothing, so the loop has no rank
+    branches; ``ranks.writes_records`` names the one process that writes the folder."""
 
-    def forget_unsaved() -> str:
+    def __init__(
+        self, cfg: DictConfig, run_dir: Path, stop: Any, world: Any, record: JobRecord | None
+    ) -> None:
+        from art_hydra.ranks import coordinator_for
+
+        self.cfg, self.run_dir, self.world, self.record = cfg, run_dir, world, record
+        self.stop = stop  # the signals' stop request (interrupts.StopRequest)
+        self.sample_and_score_s = _sample_and_score_s(cfg)
+        self.ranks = coordinator_for(
+            world, cfg.distributed.timeout_s, self.sample_and_score_s, cfg.timeouts.checkpoint_s
+        )
+        self.start_step = 0
+        #: The step the latest checkpoint of this run holds (None: none yet).
+        self.saved_step: int | None = None
+        #: The last step's metric line (over every rank).
+        self.last: dict[str, Any] = {}
+        # The producer's and the process's random states after the last finished step that
+        # no checkpoint holds: after a stop request a failing step can still save that step.
+        self.finished: _LastStep | None = None
+        self.handed = False  # whether the step in progress has given the trainer its inputs
+        #: A step's failure after a stop request, kept: the run reports it as it stops.
+        self.failure: Exception | None = None
+        #: Whether the run trained all its steps (set by :meth:`close`).
+        self.complete = False
+        self.ahead: Any = None  # the next step's rollouts, sampled while a step trains
+
+    # ---- setup ---------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Everything the loop needs, in order; a resumed run loads its checkpoint before
+        its records and metrics open (they continue from its step)."""
+        from art_hydra import run_folder
+
+        self._setup_process()
+        self._setup_trainer_and_producer()
+        self._setup_evaluator()
+        self._setup_checkpoints()
+        # resume=true, or resume=auto where the run has a checkpoint (auto clears the records
+        # of a run that ended before its first checkpoint, under this lock, and starts afresh).
+        resuming = run_folder.start_resumed(self.cfg, self.run_dir, clear=self.ranks.writes_records)
+        if resuming:
+            self.resume()
+        self._setup_records(resuming)
+        self._setup_metrics(resuming)
+        self._setup_channel()
+        self._setup_rollouts_ahead()
+
+    def _setup_process(self) -> None:
+        _prepare_process(self.cfg, self.ranks.writes_records)
+
+    def _setup_trainer_and_producer(self) -> None:
+        self.trainer, self.producer = build_trainer_and_producer(self.cfg, self.world)
+        _log_what_trains(self.cfg, self.ranks, self.trainer, self.producer)
+
+    def _setup_evaluator(self) -> None:
+        from art_hydra.evaluation import Evaluator
+
+        self.evaluator = Evaluator.for_run(self.cfg, self.producer, self.trainer.loaded, self.world)
+        if self.evaluator is not None:
+            log.info("%s", self.evaluator.describe())
+
+    def _setup_checkpoints(self) -> None:
+        from art_hydra.checkpoint import Checkpointer
+
+        # One process saves the producer's own state; the ranks save theirs together. Both
+        # load through _ProducerStates, which refuses a checkpoint of another number of ranks.
+        self.producer_states = _ProducerStates(self.producer, self.world)
+        self.components = {"trainer": self.trainer, "producer": self.producer_states}
+        self.checkpoints = Checkpointer(
+            self.run_dir, self.cfg.checkpoint, self.cfg.timeouts.checkpoint_s
+        )
+
+    def _setup_records(self, resuming: bool) -> None:
+        """The run config and identity (rank 0), and what a stop before the first
+        checkpoint removes again."""
+        from art_hydra import run_folder, run_identity
+
+        # What this invocation adds to the folder: removed again if it stops before its
+        # first checkpoint, so the printed command can start the run afresh there.
+        self.records = _FreshRecords(self.run_dir, fresh=not resuming and self.ranks.writes_records)
+        self.stop.before_exit = self._forget_unsaved
+        if self.ranks.writes_records:
+            run_folder.write_run_config(self.run_dir, self.cfg)
+            run_identity.record(self.cfg, self.run_dir)
+
+    def _forget_unsaved(self) -> str:
         """A second signal before any checkpoint: leave the folder restartable."""
-        if saved_step is not None or checkpoints.complete() or not records.forget():
+        if self.saved_step is not None or self.checkpoints.complete() or not self.records.forget():
             return ""
         return (
             "art_hydra: no checkpoint was written; the run's records were removed, so the "
-            f"same command starts it afresh:\n  {restart_command(run_dir, world.size)}\n"
+            f"same command starts it afresh:\n  {restart_command(self.run_dir, self.world.size)}\n"
         )
 
-    stop.before_exit = forget_unsaved
-    if world.is_main:
-        run_folder.write_run_config(run_dir, cfg)
-        run_identity.record(cfg, run_dir)
-    metrics = _metrics_log(cfg, run_dir, world, start_step if resuming else None)
-    channel = StepChannel(cfg.queue, trainer.train_micro, cfg.timeouts.step_s)
-    sample_and_score_s = _sample_and_score_s(cfg)
-    ahead = None
-    if is_rl and cfg.rl.overlap_rollouts:
+    def _setup_metrics(self, resuming: bool) -> None:
+        resume_step = self.start_step if resuming else None
+        self.metrics = _metrics_log(self.cfg, self.run_dir, self.ranks.writes_records, resume_step)
+
+    def _setup_channel(self) -> None:
+        from art_hydra.queue import StepChannel
+
+        cfg, trainer = self.cfg, self.trainer
+        self.channel = StepChannel(cfg.queue, trainer.train_micro, cfg.timeouts.step_s)
+
+    def _setup_rollouts_ahead(self) -> None:
+        """With rl.overlap_rollouts, the sampler makes the next step's rollouts while a
+        step trains."""
+        if self.cfg.algorithm.name != AlgorithmName.rl or not self.cfg.rl.overlap_rollouts:
+            return
+        import torch
+
         from art_hydra.producer import RolloutsAhead
 
         # Sampling and training run at once: half the cores each.
         threads = max(1, torch.get_num_threads() // 2)
-        channel.run_on_trainer_thread(
-            lambda: torch.set_num_threads(threads), "sizing its threads", sample_and_score_s
+        self.channel.run_on_trainer_thread(
+            lambda: torch.set_num_threads(threads), "sizing its threads", self.sample_and_score_s
         )
-        ahead = RolloutsAhead(producer, threads, sample_and_score_s)
-    last: dict[str, Any] = {}
-    # The producer's and the process's random states after the last finished step that
-    # no checkpoint holds: after a stop request a failing step can still save that step.
-    finished: _LastStep | None = None
-    handed = False  # whether the step in progress has given the trainer its inputs
-    failure: Exception | None = None
+        self.ahead = RolloutsAhead(self.producer, threads, self.sample_and_score_s)
 
-    # ---- loop ------------------------------------------------------------------------
-    try:
-        if cfg.trainer.warmup_pass and start_step == 0:
-            _sampling_for(producer, 0)
-            first = channel.run_on_trainer_thread(
-                producer.make_inputs, "making the warmup input", sample_and_score_s
-            )[0]
-            first.warmup = True
-            _inputs_barrier(world, cfg, "waiting for the other ranks' warmup inputs")
-            channel.put(first)
-            channel.result(step=0)
-        for step in range(start_step + 1, cfg.trainer.max_steps + 1):
-            if _stopping(stop, world):
-                break
-            handed = False
-            started = time.perf_counter()
-            _sampling_for(producer, step)
-            inputs = channel.run_on_trainer_thread(
-                producer.make_inputs, f"making the inputs of step {step}", sample_and_score_s
+    def resume(self) -> None:
+        """Load the latest intact checkpoint into the trainer and the producers' states
+        and note the resume in the run folder; the run goes on after its step."""
+        from art_hydra import run_folder
+
+        cfg, checkpoints = self.cfg, self.checkpoints
+        latest, skipped = checkpoints.latest()
+        for reason in skipped:
+            log.warning("skipped a checkpoint that does not verify: %s", reason)
+        if latest is None:
+            raise ResumeError(
+                f"resume={cfg.resume} but {checkpoints.root} holds no intact checkpoint; "
+                f"point {run_folder.folder_key()} at the run to resume, or drop resume=true"
             )
-            if world.enabled:
-                _inputs_barrier(world, cfg, f"waiting for the other ranks' inputs of step {step}")
-                _normalise_over_ranks(world, cfg, inputs)
-            handed = True
-            for item in inputs:
-                channel.put(item)
-            if ahead is not None and producer.needs_rollouts():
-                _sampling_for(producer, step + 1)
-                ahead.start()  # the next batch, on the sampler, while this one trains
-            result = channel.result(step)
-            if ahead is not None:
-                ahead.wait()
-                producer.refresh_sampler()
-            elapsed = time.perf_counter() - started
-            last = _step_metrics(result, elapsed)
-            if world.enabled:
-                last = _combine(world, cfg, result, last, stop)
-            eval_samples: list[dict[str, Any]] = []
-            if evaluator is not None and evaluator.due(step):
-                with channel.producer_phase(f"evaluating at step {step}"):
-                    found, eval_samples = evaluator.evaluate(step)
-                last.update(found)  # eval/* keys join the step's metric line
-            _write_step(metrics, step, last, inputs[0].samples, eval_samples, run_dir, saved_step)
-            if record is not None:
-                record.steps = step
-            if checkpoints.due(step, cfg.trainer.max_steps) or _stopping(stop, world):
-                _save_checkpoint(cfg, world, channel, checkpoints, components, step)
-                saved_step = step
-            elif not world.enabled:
-                finished = _LastStep.take(step, producer)
-        if _stopping(stop, world) and trainer.step > 0 and saved_step != trainer.step:
-            # The signal came between the step's check and the next.
-            _save_checkpoint(cfg, world, channel, checkpoints, components, trainer.step)
-            saved_step = trainer.step
-    except Exception as exc:
-        # A step that fails after a stop request (a reward past its bound): the stop
-        # still keeps the last finished step. One process only: ranks share no snapshot.
-        if not stop.requested or world.enabled:
-            raise
-        failure = exc
-    # ---- cleanup ---------------------------------------------------------------------
-    finally:
-        channel.close()
-        # A stop that came after the last step stopped nothing: the run is finished.
-        complete = trainer.step >= cfg.trainer.max_steps and sys.exc_info()[0] is None
-        stopped = stop.requested and not (complete and failure is None)
-        _log_hparams(metrics, record, stopped)
-        failing = sys.exc_info()[0] is not None or failure is not None
-        metrics.close(INTERRUPTED if stopped else FAILED if failing else DONE)
-    if _can_keep(failure, finished, handed, trainer.step, saved_step):
-        assert finished is not None
-        finished.save(checkpoints, trainer)
-        saved_step = trainer.step
-    if complete and failure is None and _stopping(stop, world):
-        log.info(
-            "%s came after the last step (%d of %d): the run is finished",
-            stop.name,
-            trainer.step,
-            cfg.trainer.max_steps,
+        start_step = checkpoints.load(latest, self.components, self.trainer.loaded)
+        if cfg.algorithm.name == AlgorithmName.rl:
+            self.producer.refresh_sampler()  # the sampler samples from the weights resumed
+        log.info("resumed from %s (step %d)", latest, start_step)
+        saved = run_folder.saved_config(self.run_dir)
+        changed = run_folder.differences(saved, cfg) if saved is not None else []
+        if self.ranks.writes_records:
+            run_folder.record_resume(self.run_dir, start_step, changed)
+        if self.record is not None:
+            self.record.steps = start_step
+        self.start_step = self.saved_step = start_step
+
+    # ---- the loop ------------------------------------------------------------------
+
+    def train(self) -> None:
+        """The optional warmup pass, then one optimizer step a turn up to
+        ``trainer.max_steps``; a stop ends the loop after a checkpoint of its step."""
+        cfg, ranks, stop = self.cfg, self.ranks, self.stop
+        if cfg.trainer.warmup_pass and self.start_step == 0:
+            self._warmup()
+        for step in range(self.start_step + 1, cfg.trainer.max_steps + 1):
+            if ranks.stopping(stop):
+                break
+            self.handed = False
+            started = time.perf_counter()
+            inputs = self._make_inputs(step)
+            result = self._train_step(step, inputs)
+            measured = _step_metrics(result, time.perf_counter() - started)
+            self.last = ranks.combine(result, measured, stop)
+            eval_samples = self._evaluate(step)  # where due; its eval/* keys join the line
+            self._record_step(step, inputs[0].samples, eval_samples)
+            if self.checkpoints.due(step, cfg.trainer.max_steps) or ranks.stopping(stop):
+                self.save(step)
+            elif ranks.keeps_last_step:
+                self.finished = _LastStep.take(step, self.producer)
+        if ranks.stopping(stop) and self.trainer.step > 0 and self.saved_step != self.trainer.step:
+            self.save(self.trainer.step)  # the signal came between the step's check and the next
+
+    def _warmup(self) -> None:
+        """``trainer.warmup_pass``: one input through the trainer that changes no weight."""
+        channel = self.channel
+        _sampling_for(self.producer, 0)
+        first = channel.run_on_trainer_thread(
+            self.producer.make_inputs, "making the warmup input", self.sample_and_score_s
+        )[0]
+        first.warmup = True
+        self.ranks.inputs_barrier("waiting for the other ranks' warmup inputs")
+        channel.put(first)
+        channel.result(step=0)
+
+    def _make_inputs(self, step: int) -> list[Any]:
+        """The step's inputs, made on the trainer's thread (all torch work runs there),
+        with the loss denominator over every rank."""
+        _sampling_for(self.producer, step)
+        inputs = self.channel.run_on_trainer_thread(
+            self.producer.make_inputs, f"making the inputs of step {step}", self.sample_and_score_s
         )
-    elif _stopping(stop, world) or failure is not None:
-        if saved_step is None and records.forget():
-            log.info("no checkpoint was written: removed this run's records from %s", run_dir)
-        message = _stopped_message(cfg, run_dir, stop.name, saved_step, world.size, failure)
-        raise Interrupted(_in_log_files(message), stop.exit_code) from failure
-    return _finished_summary(cfg, run_dir, world, trainer, producer, evaluator, record, last)
+        self.ranks.inputs_barrier(f"waiting for the other ranks' inputs of step {step}")
+        self.ranks.normalise(inputs)
+        return inputs
+
+    def _train_step(self, step: int, inputs: list[Any]) -> Any:
+        """Hand the trainer the step's inputs and wait for its one result (the next
+        step's rollouts, with rl.overlap_rollouts, sampled meanwhile)."""
+        channel, producer, ahead = self.channel, self.producer, self.ahead
+        self.handed = True
+        for item in inputs:
+            channel.put(item)
+        if ahead is not None and producer.needs_rollouts():
+            _sampling_for(producer, step + 1)
+            ahead.start()  # the next batch, on the sampler, while this one trains
+        result = channel.result(step)
+        if ahead is not None:
+            ahead.wait()
+            producer.refresh_sampler()
+        return result
+
+    def _evaluate(self, step: int) -> list[dict[str, Any]]:
+        """Evaluation where it is due: its eval/* keys join the step's metric line; the
+        samples it returns go to the eval completions."""
+        if self.evaluator is None or not self.evaluator.due(step):
+            return []
+        with self.channel.producer_phase(f"evaluating at step {step}"):
+            found, eval_samples = self.evaluator.evaluate(step)
+        self.last.update(found)
+        return eval_samples
+
+    def _record_step(self, step: int, samples: Any, eval_samples: list[dict[str, Any]]) -> None:
+        """The step's metric line and samples into the run's record; a failed write (a
+        full disk) stops the run saying what to resume from."""
+        try:
+            self.metrics.log(self.last)
+            self.metrics.log_samples(step, samples)
+            if eval_samples:
+                self.metrics.log_eval_samples(step, eval_samples)
+        except OSError as exc:
+            raise WriteError(
+                f"writing the run's record failed at step {step}: {exc}. "
+                + _resume_hint(self.run_dir, self.saved_step)
+            ) from exc
+        if self.record is not None:
+            self.record.steps = step
+
+    def save(self, step: int) -> None:
+        """Write checkpoint ``step``: the ranks' producer states gathered to rank 0, which
+        writes it; every rank then waits for that write (a declared phase, so the trainer's
+        wait for an input does not run out meanwhile)."""
+        with self.channel.producer_phase(f"writing checkpoint step {step}"):
+            self.producer_states.gathered = self.ranks.gather_producer_states(self.producer)
+            if self.ranks.writes_records:
+                self.checkpoints.save(step, self.components, self.trainer.loaded)
+            self.ranks.checkpoint_barrier(step)
+        self.saved_step = step
+
+    # ---- the end -------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the channel and the run's record, also while the loop raises: the record
+        ends with the run's state (done, interrupted or failed)."""
+        self.channel.close()
+        raising = sys.exc_info()[0] is not None
+        # A stop that came after the last step stopped nothing: the run is finished.
+        self.complete = self.trainer.step >= self.cfg.trainer.max_steps and not raising
+        stopped = self.stop.requested and not (self.complete and self.failure is None)
+        _log_hparams(self.metrics, self.record, stopped)
+        failing = raising or self.failure is not None
+        self.metrics.close(INTERRUPTED if stopped else FAILED if failing else DONE)
+
+    def cleanup(self) -> dict[str, Any]:
+        """After the loop: save the last finished step a failing step left behind, then
+        report a stop (``Interrupted``, with the command that carries on) or return the
+        finished run's summary."""
+        stop, trainer = self.stop, self.trainer
+        if _can_keep(self.failure, self.finished, self.handed, trainer.step, self.saved_step):
+            assert self.finished is not None
+            self.finished.save(self.checkpoints, trainer)
+            self.saved_step = trainer.step
+        if self.complete and self.failure is None and self.ranks.stopping(stop):
+            log.info(
+                "%s came after the last step (%d of %d): the run is finished",
+                stop.name,
+                trainer.step,
+                self.cfg.trainer.max_steps,
+            )
+        elif self.ranks.stopping(stop) or self.failure is not None:
+            if self.saved_step is None and self.records.forget():
+                log.info(
+                    "no checkpoint was written: removed this run's records from %s", self.run_dir
+                )
+            message = _stopped_message(
+                self.cfg, self.run_dir, stop.name, self.saved_step, self.world.size, self.failure
+            )
+            raise Interrupted(_in_log_files(message), stop.exit_code) from self.failure
+        return self.summary()
+
+    def summary(self) -> dict[str, Any]:
+        """A finished run's summary (the plot drawn on rank 0), and its closing lines: the
+        result and the commands to try the model."""
+        from art_hydra.metrics import plot_curve
+
+        cfg, run_dir, last, writes = self.cfg, self.run_dir, self.last, self.ranks.writes_records
+        is_rl = cfg.algorithm.name == AlgorithmName.rl
+        plot = (
+            plot_curve(
+                run_dir,
+                "reward_mean" if is_rl else "loss",
+                run_files.REWARD_PLOT if is_rl else run_files.LOSS_PLOT,
+            )
+            if cfg.logging.plot and writes
+            else None
+        )
+        summary = {
+            "run_dir": str(run_dir),
+            "steps": self.trainer.step,
+            # As its metric line holds it: an SFT run's summary has no RL keys held as None.
+            "final": {k: v for k, v in last.items() if is_rl or k not in NOT_IN_SFT},
+            "plot": str(plot) if plot else None,
+            "status": DONE,
+            "objective": self.record.spec.as_dict() if self.record is not None else None,
+        }
+        if last and writes:
+            self._closing_lines(is_rl)
+        return summary
+
+    def _closing_lines(self, is_rl: bool) -> None:
+        """The result (also closing art_hydra.log) and the commands to try the model."""
+        from art_hydra.export import try_commands
+
+        last, evaluator = self.last, self.evaluator
+        shown = f"reward {last['reward_mean']:.3f}" if is_rl else f"loss {last['loss']:.4f}"
+        if evaluator is not None and evaluator.last:
+            shown += f", {evaluator.summary()}"
+        done = f"art_hydra: {self.trainer.step} steps, final {shown}; outputs in {self.run_dir}"
+        print(_in_log_files(done, logging.INFO))  # the result closes art_hydra.log too
+        print(try_commands(self.run_dir, self.producer.stream.examples))
 
 
-def _prepare_process(cfg: DictConfig, world: Any) -> None:
+def _prepare_process(cfg: DictConfig, main: bool) -> None:
     """Process-wide settings before the model loads: quiet library logs, torch's thread
-    count (and a warning for a busy CPU), every generator seeded."""
+    count (and a warning for a busy CPU, on the ``main`` process), every generator seeded."""
     import random
 
     import torch
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own bar, and quiet logs
-    if world.is_main:  # once per run: a busy CPU with torch's default thread count
+    if main:  # once per run: a busy CPU with torch's default thread count
         from art_hydra.backends.torch_backend import resolve_device
         from art_hydra.cpu_load import warn_if_busy
 
@@ -556,60 +764,28 @@ def _prepare_process(cfg: DictConfig, world: Any) -> None:
     torch.manual_seed(cfg.seed)
 
 
-def _log_what_trains(cfg: DictConfig, world: Any, trainer: Any, producer: Any) -> None:
+def _log_what_trains(cfg: DictConfig, ranks: Any, trainer: Any, producer: Any) -> None:
     """What trains, where, on what, how: in plain words (rank 0); the other ranks log
     their parameter line."""
     import torch
 
-    if world.is_main:
+    if ranks.writes_records:
         from art_hydra.start_summary import log_start_summary
 
         parameters = parameter_line(cfg, trainer.model)
         threads = torch.get_num_threads()
-        log_start_summary(cfg, trainer.loaded, producer.task, parameters, world.size, threads)
+        size = ranks.world.size
+        log_start_summary(cfg, trainer.loaded, producer.task, parameters, size, threads)
     else:
         log.info("%s", parameter_line(cfg, trainer.model))
 
 
-def _resume(
-    cfg: DictConfig,
-    run_dir: Path,
-    world: Any,
-    checkpoints: Any,
-    components: dict[str, Any],
-    record: JobRecord | None,
-) -> int:
-    """Load the latest intact checkpoint into ``components`` (the trainer and the
-    producers' states) and note the resume in the run folder; returns its step."""
-    from art_hydra import run_folder
-
-    trainer, producer = components["trainer"], components["producer"].producer
-    latest, skipped = checkpoints.latest()
-    for reason in skipped:
-        log.warning("skipped a checkpoint that does not verify: %s", reason)
-    if latest is None:
-        raise ResumeError(
-            f"resume={cfg.resume} but {checkpoints.root} holds no intact checkpoint; "
-            f"point {run_folder.folder_key()} at the run to resume, or drop resume=true"
-        )
-    start_step = checkpoints.load(latest, components, trainer.loaded)
-    if cfg.algorithm.name == AlgorithmName.rl:
-        producer.refresh_sampler()  # the sampler samples from the weights resumed
-    log.info("resumed from %s (step %d)", latest, start_step)
-    saved = run_folder.saved_config(run_dir)
-    changed = run_folder.differences(saved, cfg) if saved is not None else []
-    if world.is_main:
-        run_folder.record_resume(run_dir, start_step, changed)
-    if record is not None:
-        record.steps = start_step
-    return start_step
-
-
-def _metrics_log(cfg: DictConfig, run_dir: Path, world: Any, resume_step: int | None) -> Any:
-    """Rank 0 alone writes the run's record; the others measure and report to it."""
+def _metrics_log(cfg: DictConfig, run_dir: Path, writes: bool, resume_step: int | None) -> Any:
+    """Rank 0 alone (``writes``) writes the run's record; the others measure and report
+    to it."""
     from art_hydra.metrics import MetricsLog
 
-    if not world.is_main:
+    if not writes:
         return NoRecord()
     return MetricsLog(
         run_dir,
@@ -625,128 +801,6 @@ def _sample_and_score_s(cfg: DictConfig) -> float:
     """The bound on making a step's inputs: sampling and scoring are each bounded
     inside (``timeouts.rollout_s``, ``timeouts.reward_s``); this bounds the whole."""
     return cfg.timeouts.rollout_s + cfg.timeouts.reward_s
-
-
-def _stopping(stop: Any, world: Any) -> bool:
-    """Whether to stop: alone, a signal seen; across ranks, only what the ranks agreed
-    at the last step's combine (a signal that lands on one rank after it is taken up at
-    the next), so every rank stops at the same step, in step."""
-    return stop.agreed if world.enabled else stop.requested
-
-
-def _inputs_barrier(world: Any, cfg: DictConfig, what: str) -> None:
-    """The barrier after each rank made its step's inputs: across ranks, wait for the
-    slowest rank's sampling and scoring (bounded by their own timeouts) before the
-    step's collectives, whose own bound is only distributed.timeout_s. One process:
-    nothing to wait for."""
-    from art_hydra import distributed
-
-    if world.enabled:
-        timeout_s = _sample_and_score_s(cfg) + cfg.distributed.timeout_s
-        _across_ranks(world, cfg, what, distributed.barrier, timeout_s)
-
-
-def _save_checkpoint(
-    cfg: DictConfig,
-    world: Any,
-    channel: Any,
-    checkpoints: Any,
-    components: dict[str, Any],
-    step: int,
-) -> None:
-    """Write checkpoint ``step``: the ranks' producer states gathered to rank 0, which
-    writes it; every rank then waits for that write (a declared phase, so the trainer's
-    wait for an input does not run out meanwhile)."""
-    from art_hydra import distributed
-
-    producer_states, trainer = components["producer"], components["trainer"]
-    with channel.producer_phase(f"writing checkpoint step {step}"):
-        if world.enabled:
-            producer_states.gathered = _across_ranks(
-                world,
-                cfg,
-                "gathering the producers' states",
-                distributed.gather_objects,
-                producer_states.producer.state_dict(),
-            )
-        if world.is_main:
-            checkpoints.save(step, components, trainer.loaded)
-        # The other ranks wait for rank 0's write (named by the barrier if it dies).
-        _across_ranks(
-            world,
-            cfg,
-            f"waiting for checkpoint step {step}",
-            distributed.barrier,
-            cfg.timeouts.checkpoint_s + cfg.distributed.timeout_s,
-        )
-
-
-def _write_step(
-    metrics: Any,
-    step: int,
-    last: dict[str, Any],
-    samples: Any,
-    eval_samples: list[dict[str, Any]],
-    run_dir: Path,
-    saved_step: int | None,
-) -> None:
-    """The step's metric line and samples into the run's record; a failed write (a full
-    disk) stops the run saying what to resume from."""
-    try:
-        metrics.log(last)
-        metrics.log_samples(step, samples)
-        if eval_samples:
-            metrics.log_eval_samples(step, eval_samples)
-    except OSError as exc:
-        raise WriteError(
-            f"writing the run's record failed at step {step}: {exc}. "
-            + _resume_hint(run_dir, saved_step)
-        ) from exc
-
-
-def _finished_summary(
-    cfg: DictConfig,
-    run_dir: Path,
-    world: Any,
-    trainer: Any,
-    producer: Any,
-    evaluator: Any,
-    record: JobRecord | None,
-    last: dict[str, Any],
-) -> dict[str, Any]:
-    """A finished run's summary (the plot drawn on rank 0), and its closing lines: the
-    result and the commands to try the model."""
-    from art_hydra.metrics import plot_curve
-
-    is_rl = cfg.algorithm.name == AlgorithmName.rl
-    plot = (
-        plot_curve(
-            run_dir,
-            "reward_mean" if is_rl else "loss",
-            run_files.REWARD_PLOT if is_rl else run_files.LOSS_PLOT,
-        )
-        if cfg.logging.plot and world.is_main
-        else None
-    )
-    summary = {
-        "run_dir": str(run_dir),
-        "steps": trainer.step,
-        # As its metric line holds it: an SFT run's summary has no RL keys held as None.
-        "final": {k: v for k, v in last.items() if is_rl or k not in NOT_IN_SFT},
-        "plot": str(plot) if plot else None,
-        "status": DONE,
-        "objective": record.spec.as_dict() if record is not None else None,
-    }
-    if last and world.is_main:
-        shown = f"reward {last['reward_mean']:.3f}" if is_rl else f"loss {last['loss']:.4f}"
-        if evaluator is not None and evaluator.last:
-            shown += f", {evaluator.summary()}"
-        done = f"art_hydra: {trainer.step} steps, final {shown}; outputs in {run_dir}"
-        print(_in_log_files(done, logging.INFO))  # the result closes art_hydra.log too
-        from art_hydra.export import try_commands
-
-        print(try_commands(run_dir, producer.stream.examples))
-    return summary
 
 
 def _log_hparams(metrics: Any, record: JobRecord | None, stopped: bool) -> None:
@@ -817,145 +871,6 @@ def _sampling_for(producer: Any, step: int) -> None:
     an invalid distribution names it; SFT samples nothing."""
     if hasattr(producer, "step"):
         producer.step = step
-
-
-def _across_ranks(world: Any, cfg: DictConfig, what: str, collective: Any, *args: Any) -> Any:
-    """``collective(world, *args)``, one call every rank makes in the same order (a sum,
-    a gather, a barrier); its failure names the ranks that did not answer (``what``: what
-    they were doing)."""
-    from art_hydra import distributed
-
-    try:
-        return collective(world, *args)
-    except Exception as exc:
-        raise distributed.failure(world, what, exc, cfg.distributed.timeout_s) from exc
-
-
-def _normalise_over_ranks(world: Any, cfg: DictConfig, inputs: list[Any]) -> None:
-    """Each rank's loss divides by the global token count over the ranks (times the
-    ranks, since DDP averages): the step then equals one process on the global batch.
-
-    The local count is the producer's own denominator, which every input of a step
-    carries (set once, by ``packing.one_step``): the step's tokens (SFT's accumulated
-    micro-batches, an RL mini-batch), or, with rl.steps_per_generation > 1, the generation
-    batch's tokens divided by it; summed over the ranks that is TRL's
-    ``num_items_in_batch`` rescaled the same way."""
-    from art_hydra import distributed
-
-    local = inputs[0].step_loss_tokens
-    (total,) = _across_ranks(world, cfg, "counting the step's tokens", distributed.all_sum, [local])
-    for item in inputs:
-        item.step_loss_tokens = total / world.size
-
-
-def _combine(world: Any, cfg: DictConfig, result: Any, last: dict[str, Any], stop: Any) -> dict:
-    """The step's metrics over every rank (rewards gathered from all ranks), and one
-    stop decision for all: a signal seen by any rank stops every rank at this step."""
-    from art_hydra import distributed
-
-    n = float(result.info.get("completions", 0.0))
-    tokens = float(result.loss_tokens)
-    mean, std = last["reward_mean"] or 0.0, last["reward_std"] or 0.0
-    sums = _across_ranks(
-        world,
-        cfg,
-        "combining the step's metrics",
-        distributed.all_sum,
-        [
-            n,
-            n * mean,
-            n * (std**2 + mean**2),
-            last["zero_std_groups"] or 0.0,
-            n * (last["completion_length"] or 0.0),
-            last["loss"],
-            tokens,
-            tokens * last["kl"],
-            tokens * last["entropy"],
-            tokens * last["clip_fraction"],
-            float(result.trained_tokens),
-            float(result.trained_tokens) / max(last["real_token_share"], 1e-12),
-            1.0 if stop.requested else 0.0,
-        ],
-    )
-    total_n, tokens_all = max(sums[0], 1.0), max(sums[6], 1.0)
-    reward_mean = sums[1] / total_n
-    combined = dict(last)
-    combined.update(
-        reward_mean=reward_mean if last["reward_mean"] is not None else None,
-        reward_std=max(sums[2] / total_n - reward_mean**2, 0.0) ** 0.5
-        if last["reward_std"] is not None
-        else None,
-        zero_std_groups=sums[3] if last["zero_std_groups"] is not None else None,
-        completion_length=sums[4] / total_n if last["completion_length"] is not None else None,
-        loss=sums[5] / world.size,
-        kl=sums[7] / tokens_all,
-        entropy=sums[8] / tokens_all,
-        clip_fraction=sums[9] / tokens_all,
-        real_token_share=sums[10] / max(sums[11], 1.0),
-        tokens_per_s=sums[10] / last["step_time_s"],
-    )
-    stop.agreed = bool(sums[12])  # every rank stops at this step if any was signalled
-    if world.size > 1:
-        combined.update(_combine_rewards(world, cfg, last))
-        combined.update(_combine_stats(world, cfg, result))
-    return combined
-
-
-def _combine_stats(world: Any, cfg: DictConfig, result: Any) -> dict[str, float]:
-    """The loss's further statistics over every rank: means weighted by each rank's loss
-    tokens, maxima as the largest (every rank reports the same keys)."""
-    from art_hydra import distributed
-    from art_hydra.trainer import is_max_stat
-
-    means = sorted(k for k in result.stats if not is_max_stat(k))
-    maxima = sorted(k for k in result.stats if is_max_stat(k))
-    tokens = float(result.loss_tokens)
-    found: dict[str, float] = {}
-    if means:
-        sums = _across_ranks(
-            world,
-            cfg,
-            "combining the loss statistics",
-            distributed.all_sum,
-            [tokens, *(tokens * result.stats[k] for k in means)],
-        )
-        found.update({k: v / max(sums[0], 1.0) for k, v in zip(means, sums[1:], strict=True)})
-    if maxima:
-        largest = _across_ranks(
-            world,
-            cfg,
-            "combining the loss maxima",
-            distributed.all_max,
-            [result.stats[k] for k in maxima],
-        )
-        found.update(zip(maxima, largest, strict=True))
-    return found
-
-
-def _combine_rewards(world: Any, cfg: DictConfig, last: dict[str, Any]) -> dict[str, Any]:
-    """Each reward's ``reward/<name>/mean``, ``/std`` and ``/count`` over every rank, from
-    the count of completions it applied to on each (every rank has the same rewards)."""
-    from art_hydra import distributed
-
-    names = sorted(
-        k[: -len("/count")] for k in last if k.startswith("reward/") and k.endswith("/count")
-    )
-    parts: list[float] = []
-    for name in names:
-        n = float(last[f"{name}/count"] or 0.0)
-        mean, std = last[f"{name}/mean"] or 0.0, last[f"{name}/std"] or 0.0
-        parts += [n, n * mean, n * (std**2 + mean**2)]
-    if not parts:
-        return {}
-    sums = _across_ranks(world, cfg, "combining the rewards' metrics", distributed.all_sum, parts)
-    found: dict[str, Any] = {}
-    for i, name in enumerate(names):
-        n, total, squares = sums[3 * i : 3 * i + 3]
-        mean = total / n if n else None
-        found[f"{name}/count"] = n
-        found[f"{name}/mean"] = mean
-        found[f"{name}/std"] = max(squares / n - mean**2, 0.0) ** 0.5 if mean is not None else None
-    return found
 
 
 def resume_command(run_dir: Path, ranks: int = 1) -> str:

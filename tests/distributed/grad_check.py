@@ -16,8 +16,8 @@ from art_hydra import compose
 from art_hydra import distributed as dist_setup
 from art_hydra.backends import load_model
 from art_hydra.packing import Sequence, pack
+from art_hydra.ranks import coordinator_for
 from art_hydra.rl.sampling import SamplingSettings
-from art_hydra.run import _normalise_over_ranks
 from art_hydra.tasks import build_task
 from art_hydra.trainer import Objective, Trainer
 
@@ -49,8 +49,9 @@ def main() -> None:
     mine = sequences[world.rank * share : (world.rank + 1) * share]
     batch = pack(mine, cfg.model.max_seq_length, loaded.tokenizer.pad_token_id, loaded.layout)
     batch.step_loss_tokens = batch.loss_tokens
-    if world.enabled:
-        _normalise_over_ranks(world, cfg, [batch])
+    timeouts = cfg.timeouts
+    ranks = coordinator_for(world, cfg.distributed.timeout_s, 0.0, timeouts.checkpoint_s)
+    ranks.normalise([batch])  # a single process: its own count, unchanged
     trainer.model.train()
     loss, _ = trainer.loss(batch)
     loss.backward()

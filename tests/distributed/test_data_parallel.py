@@ -36,7 +36,9 @@ def _metrics(run: Path) -> list[dict]:
 
 def test_two_ranks_give_the_single_process_gradient(tmp_path: Path) -> None:
     script = str(HERE / "grad_check.py")
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    # The tree under test stays first (a worktree's art_hydra, not the installed one).
+    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
     single = subprocess.run(
         [sys.executable, script, str(tmp_path / "one.safetensors")],
         env=env,

@@ -229,7 +229,7 @@ def test_across_ranks_the_generation_counts_are_summed(monkeypatch: pytest.Monke
     normalizer over both (the sum of the ranks' generation tokens / steps_per_generation
     / processes, since DDP averages the ranks' gradients)."""
     from art_hydra import distributed
-    from art_hydra.run import _normalise_over_ranks
+    from art_hydra.ranks import ProcessGroup
 
     other_rank = 40.0 / 2  # the other rank's generation batch: 40 tokens, 2 mini-batches
     monkeypatch.setattr(distributed, "all_sum", lambda world, values: [values[0] + other_rank])
@@ -239,5 +239,5 @@ def test_across_ranks_the_generation_counts_are_summed(monkeypatch: pytest.Monke
         batch = pack(mini.sequences, 64, 0, PACKED)
         batch.step_loss_tokens = mini.loss_denominator(2, batch.loss_tokens)
         world = SimpleNamespace(enabled=True, size=2)
-        _normalise_over_ranks(world, SimpleNamespace(distributed=None), [batch])
+        ProcessGroup(world, 1.0, 1.0, 1.0).normalise([batch])  # type: ignore[arg-type]
         assert batch.step_loss_tokens == trl_normalizer(24.0 + 40.0, 2, 1, 2)
