@@ -384,7 +384,7 @@ def _train_locked(
 
     from art_hydra import run_folder, run_identity
     from art_hydra.checkpoint import Checkpointer
-    from art_hydra.queue import StepChannel
+    from art_hydra.queue import StepChannel, StepWork
 
     _prepare_process(cfg, world)
     is_rl = cfg.algorithm.name == AlgorithmName.rl
@@ -425,7 +425,7 @@ def _train_locked(
         run_folder.write_run_config(run_dir, cfg)
         run_identity.record(cfg, run_dir)
     metrics = _metrics_log(cfg, run_dir, world, start_step if resuming else None)
-    channel = StepChannel(cfg.queue, trainer.train_micro, cfg.timeouts.step_s)
+    channel = StepChannel(cfg.queue, trainer.train_step, cfg.timeouts.step_s)
     sample_and_score_s = _sample_and_score_s(cfg)
     ahead = None
     if is_rl and cfg.rl.overlap_rollouts:
@@ -451,9 +451,8 @@ def _train_locked(
             first = channel.run_on_trainer_thread(
                 producer.make_inputs, "making the warmup input", sample_and_score_s
             )[0]
-            first.warmup = True
             _inputs_barrier(world, cfg, "waiting for the other ranks' warmup inputs")
-            channel.put(first)
+            channel.put(StepWork([first], warmup=True))
             channel.result(step=0)
         for step in range(start_step + 1, cfg.trainer.max_steps + 1):
             if _stopping(stop, world):
@@ -468,8 +467,7 @@ def _train_locked(
                 _inputs_barrier(world, cfg, f"waiting for the other ranks' inputs of step {step}")
                 _normalise_over_ranks(world, cfg, inputs)
             handed = True
-            for item in inputs:
-                channel.put(item)
+            channel.put(StepWork(inputs))
             if ahead is not None and producer.needs_rollouts():
                 _sampling_for(producer, step + 1)
                 ahead.start()  # the next batch, on the sampler, while this one trains

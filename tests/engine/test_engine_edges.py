@@ -119,13 +119,13 @@ def test_the_trainer_computes_with_the_configured_cpu_threads(
     from art_hydra.trainer import Trainer
 
     seen: list[int] = []
-    train_micro = Trainer.train_micro
+    train_step = Trainer.train_step
 
-    def spy(self: Trainer, batch: object) -> object:
+    def spy(self: Trainer, work: object) -> object:
         seen.append(torch.get_num_threads())
-        return train_micro(self, batch)
+        return train_step(self, work)
 
-    monkeypatch.setattr(Trainer, "train_micro", spy)
+    monkeypatch.setattr(Trainer, "train_step", spy)
     before = torch.get_num_threads()
     try:
         train(compose([*QUICK, "trainer.max_steps=2", "backend.cpu_threads=1"]), run_dir=tmp_path)

@@ -11,6 +11,7 @@ from conftest_model import tiny
 from family_models import load_family, save_family
 
 from art_hydra.producer import SFTProducer
+from art_hydra.queue import StepWork
 from art_hydra.trainer import Objective, Trainer
 
 #: These tests train the tiny model.
@@ -60,7 +61,7 @@ def test_warmup_pass_changes_no_weight_and_no_optimizer_moment() -> None:
         loaded, task, cfg.sft, cfg.producer, 8, 1, cfg.model.max_seq_length, cfg.seed
     )
     # One real step first, so the optimizer has moments that a warmup could disturb.
-    assert trainer.train_micro(producer.make_inputs()[0]) is not None
+    assert trainer.train_step(StepWork(producer.make_inputs())) is not None
     weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     moments = {
         k: v.clone()
@@ -68,9 +69,8 @@ def test_warmup_pass_changes_no_weight_and_no_optimizer_moment() -> None:
         for k, v in s.items()
         if torch.is_tensor(v)
     }
-    warm = producer.make_inputs()[0]
-    warm.warmup = True
-    result = trainer.train_micro(warm)
+    warm = StepWork(producer.make_inputs(), warmup=True)
+    result = trainer.train_step(warm)
     assert result is not None and result.warmup and result.loss > 0
     assert trainer.step == 1
     for name, value in trainer.model.named_parameters():
