@@ -1,41 +1,37 @@
 """The producer <-> trainer exchange: one optimizer step's work in, one result out.
 
-The unit that crosses is :class:`StepWork`: every micro-batch of one optimizer step (the
-``gradient_accumulation_steps`` micro-batches of an SFT step, the one packed input of an
-RL step), each carrying the step's loss denominator (set once, by ``packing.one_step``).
-The producer ``put``\\ s a step's work and waits for its ``result``; the trainer, on a
-background thread, turns each step's work into exactly one result (the warmup pass
-too). A step's work that holds fewer micro-batches than the trainer takes per step (RL
-with ``trainer.gradient_accumulation_steps=2``, past the validators) is the founding
-deadlock: the trainer would wait for an input the producer never sends while the
-producer waits for the result. The trainer finds it as soon as it takes the work
-(:meth:`StepWork.require`) and :class:`DeadlockError` reaches the producer at once,
-naming both waits; so does a producer that waits for a result it never asked for.
+What crosses is :class:`StepWork`, every micro-batch of one optimizer step (SFT's
+``gradient_accumulation_steps`` micro-batches, RL's one packed input), each carrying the
+step's loss denominator (set once, by ``packing.one_step``). The producer puts a
+step's work and waits for its ``result``; the trainer's thread turns each into exactly
+one result (the warmup pass too).
 
-Every wait is bounded, each by the timeout of one kind of work: the producer waits at
-most ``timeouts.step_s`` for a step's result (or for room on the queue); the trainer
-waits at most ``queue.input_timeout_s`` for its next job, a clock that stops while the
-producer declares bounded work of its own (:meth:`StepChannel.producer_phase`:
-sampling, scoring, a checkpoint write, each bounded by its own ``timeouts.*``), so a
-slow reward or a slow disk is never blamed on the queue. :class:`StallError` names what
-overran and what the other side was doing. An exception in the trainer reaches the
-producer within :data:`POLL_S` with the trainer's traceback (:class:`TrainerError`; a
-trainer's StallError or DeadlockError as itself); :meth:`StepChannel.close` stops and
-joins the thread on every exit path.
+Deadlocks are detected at once, naming both waits (:class:`DeadlockError`): a step's work
+with fewer micro-batches than the trainer takes per step (the founding example: RL with
+``trainer.gradient_accumulation_steps=2`` past the validators), where the trainer would
+wait for an input the producer never sends while the producer waits for the result
+(:meth:`StepWork.require`, as the trainer takes it); and a producer waiting for a result
+it never asked for. Every other wait is bounded by the timeout of one kind of work
+(:class:`StallError` names what overran and what the other side was doing): the
+producer's wait for a result or for room on the queue by ``timeouts.step_s``; the
+trainer's wait for its next job by ``queue.input_timeout_s``, a clock that stops while
+the producer declares bounded work of its own (:meth:`StepChannel.producer_phase`:
+sampling, scoring, a checkpoint write), so a slow reward or disk is never blamed on the
+queue. A trainer exception reaches the producer within :data:`POLL_S`, with its
+traceback; :meth:`StepChannel.close` stops and joins the thread on every exit path.
 
 All torch work runs on the trainer's thread: the producer hands its own (sampling,
-packing) over with :meth:`StepChannel.run_on_trainer_thread` and waits for it, bounded.
-On the CPU each OS thread that runs torch ops gets an OpenMP team of its own, and two
-teams taking turns on the same cores cost the default run 40% of its speed; one compute
-thread keeps one team. The producer's thread keeps the protocol, the clocks, signals
-and the run's record. There is one producer thread: ``put``, ``result`` and
-``run_on_trainer_thread`` are called from it, never concurrently.
+packing) over with :meth:`StepChannel.run_on_trainer_thread`. On the CPU every thread
+that runs torch ops brings its own OpenMP team, and two teams taking turns on the same
+cores cost the default run 40% of its speed. The one producer thread calls ``put``,
+``result`` and ``run_on_trainer_thread``, never concurrently, and keeps the protocol,
+the clocks, signals and the run's record.
 
 Overlapped rollouts (``rl.overlap_rollouts``, :class:`art_hydra.producer.RolloutsAhead`)
-plug in between ``put`` and ``result``: once a step's work is on the queue the
-producer's thread is free, and it starts sampling the next generation batch on a thread
-of its own (on the producer's copy of the policy, with half the cores), waits for it
-after the step's result, then refreshes that copy while neither thread computes.
+plug in between ``put`` and ``result``: with a step's work on the queue the producer's
+thread is free, so it starts sampling the next generation batch on a thread of its own
+(the producer's copy of the policy, half the cores), waits for it after the result, and
+refreshes that copy while neither thread computes.
 """
 
 from __future__ import annotations
@@ -111,15 +107,17 @@ class StepWork:
             )
 
 
+@dataclass(eq=False)
 class _Job:
     """A call for the trainer's thread: a step's work (``step``: its exception ends the
     trainer) or the producer's own torch work (its exception is handed back)."""
 
-    def __init__(self, fn: Callable[[], Any], what: str, step: bool) -> None:
-        self.fn, self.what, self.step = fn, what, step
-        self.done = False
-        self.value: Any = None
-        self.error: BaseException | None = None
+    fn: Callable[[], Any]
+    what: str
+    step: bool
+    done: bool = False
+    value: Any = None
+    error: BaseException | None = None
 
 
 class StepChannel:
@@ -212,7 +210,6 @@ class StepChannel:
                 f"the producer waited {self._step_timeout:g}s (timeouts.step_s) to put an "
                 "input on a full queue; the trainer is",
             )
-            self._raise_if_trainer_failed()
             self._todo.append(job)
             self._owed.append(job)
             self._producer_state = "producing the next input"
@@ -248,7 +245,6 @@ class StepChannel:
         trainer's wait for an input does not run out meanwhile."""
         job = _Job(fn, what, step=False)
         with self.producer_phase(what), self._cond:
-            self._raise_if_trainer_failed()
             self._todo.append(job)
             self._cond.notify_all()
             try:
@@ -284,12 +280,13 @@ class StepChannel:
         within :data:`POLL_S`; after ``timeout_s``, :class:`StallError` saying what
         ``overran`` and what the trainer is doing."""
         deadline = time.monotonic() + timeout_s
+        self._raise_if_trainer_failed()
         while not ready():
-            self._raise_if_trainer_failed()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise StallError(f"{overran} {self.trainer_state}")
             self._cond.wait(min(remaining, POLL_S))
+            self._raise_if_trainer_failed()
 
     def _raise_if_trainer_failed(self) -> None:
         error = self._error

@@ -215,18 +215,7 @@ def build_trainer_and_producer(
     # One settings object for rollouts and training logprobs: they must never differ.
     sampling = SamplingSettings.from_config(cfg.rl, suppressed_ids(loaded.tokenizer))
     trainer = Trainer(loaded, cfg.trainer, Objective.for_rl(cfg.rl, sampling), world)
-    producer = RLProducer(
-        loaded,
-        task,
-        cfg.rl,
-        cfg.producer,
-        cfg.timeouts,
-        sampling,
-        batch,
-        capacity,
-        cfg.seed,
-        world,
-    )
+    producer = RLProducer(loaded, task, cfg, sampling, world)
     producer.eval_examples, producer.eval_rewards = held, task.rewards
     return trainer, producer
 

@@ -70,7 +70,7 @@ def test_prompts_too_long_are_refused_up_front() -> None:
         encode_checked(loaded.tokenizer, task.examples, 3, "rl.max_prompt_length")
     with pytest.raises(ValueError, match=r"rl\.max_prompt_length"):
         cfg.rl.max_prompt_length = 4
-        RLProducer(loaded, task, cfg.rl, cfg.producer, cfg.timeouts, SamplingSettings(), 16, 64, 0)
+        RLProducer(loaded, task, cfg, SamplingSettings())
 
 
 def test_every_generation_config_eos_stops_a_completion() -> None:
