@@ -407,10 +407,10 @@ class Trainer:
     def train_step(self, work: StepWork) -> StepResult:
         """One optimizer step's work (what the queue's thread runs): forward and backward
         over each of its micro-batches, then one clipped optimizer step; a warmup pass
-        runs forward and backward only and changes nothing."""
+        runs forward and backward on its first micro-batch only and changes nothing."""
         self.model.train()
         if work.warmup:
-            (batch,) = work.micro_batches
+            batch = work.micro_batches[0]
             loss, stats = self._backward(batch, sync=True)
             self.optimizer.zero_grad(set_to_none=True)
             return self._result(loss.item(), 0.0, stats, batch, warmup=True)
