@@ -107,12 +107,10 @@ class PackedBatch:
     layout: Layout
     #: What the loss sum is divided by: the trained-on tokens of the whole optimizer
     #: step this micro-batch belongs to (with rl.steps_per_generation > 1, the
-    #: generation batch's divided by it; across ranks, see run._normalise_over_ranks).
+    #: generation batch's divided by it; across ranks, see ranks.ProcessGroup.normalise).
     #: Set once, where the step's work is made (:func:`one_step`); :func:`pack` starts
     #: it at the batch's own count (a batch alone is a whole step).
     step_loss_tokens: float = 0.0
-    #: A warmup pass: forward/backward only, no weight or optimizer change.
-    warmup: bool = False
     #: Per position, the sequence (a shared prompt) it may attend to besides its own;
     #: None when no prompt is shared (see :func:`pack`).
     sees_ids: torch.Tensor | None = None
@@ -482,7 +480,7 @@ def one_step(batches: list[PackedBatch], loss_tokens: float | None = None) -> li
     denominator: ``loss_tokens`` where the producer knows it (RL: its generation batch's
     share), else the trained-on tokens of them all. The one place a producer sets it; the
     trainer divides by it and never counts again, and across ranks
-    ``run._normalise_over_ranks`` sums it."""
+    ``ranks.ProcessGroup.normalise`` sums it."""
     if loss_tokens is None:
         loss_tokens = sum(b.loss_tokens for b in batches)
     for batch in batches:

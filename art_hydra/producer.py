@@ -240,26 +240,26 @@ class RLProducer:
         self,
         loaded: Any,
         task: Task,
-        rl_cfg: Any,
-        producer_cfg: Any,
-        timeouts_cfg: Any,
+        cfg: Any,
         sampling: SamplingSettings,
-        completions_per_step: int,
-        capacity: int,
-        seed: int,
         world: World | None = None,
     ) -> None:
+        """``cfg`` is the run's validated config: the producer reads its ``rl``,
+        ``producer`` and ``timeouts`` sections, the completions per step
+        (``trainer.per_device_train_batch_size``), ``model.max_seq_length`` and ``seed``.
+        ``sampling`` must be the trainer's, so logprobs match rollouts."""
+        rl_cfg, producer_cfg, seed = cfg.rl, cfg.producer, cfg.seed
         self.loaded = loaded
         self.task = task
         #: This rank and the number of ranks: each rank samples its own slice of every
         #: global batch (whole groups), with its own sampler stream.
         self.rank, self.ranks = (world.rank, world.size) if world is not None else (0, 1)
         self.rl = rl_cfg
-        self.timeouts = timeouts_cfg
+        self.timeouts = cfg.timeouts
         self.log_completions = producer_cfg.log_completions
         self.share_prompts = producer_cfg.share_prompts
-        self.groups = completions_per_step // rl_cfg.num_generations
-        self.capacity = capacity
+        self.groups = cfg.trainer.per_device_train_batch_size // rl_cfg.num_generations
+        self.capacity = cfg.model.max_seq_length
         self.sampling = sampling
         #: Whether every step trains the policy that sampled its rollouts, once (one
         #: iteration, one step per generation, no overlap): its old logprobs are then the
@@ -327,50 +327,16 @@ class RLProducer:
         return [batch]
 
     def _generate(self) -> list[MiniBatch]:
-        tok = self.loaded.tokenizer
+        """Sample, score and split one generation batch into its mini-batches."""
         n = self.rl.num_generations
         per_rank = self.groups * self.rl.steps_per_generation
         examples = _slice(self.stream.take(per_rank * self.ranks), per_rank, self.rank)
         repeated = [self.prompt_ids[_prompt_key(ex)] for ex in examples for _ in range(n)]
-        sampler = self.sampler if self.sampler is not None else self.loaded.model
-        # Sampled in the precision the trainer computes in (its autocast), so the
-        # sampler's logprobs differ from the training forward's by kernels alone.
-        step = self.step
-        with eval_mode(sampler) as model, self.loaded.compute_precision():
-            try:
-                completions, logprobs = sample(
-                    model,
-                    repeated,
-                    self.rl.max_completion_length,
-                    self.sampling,
-                    self.stop_ids,
-                    tok.pad_token_id,
-                    self.generator,
-                    left_padding=self.loaded.layout.left_padding,
-                    timeout_s=self.timeouts.rollout_s,
-                )
-            except InvalidDistributionError as exc:  # name the step and the prompts
-                prompts = [ex.prompt for ex in examples for _ in range(n)]
-                raise exc.located(step, prompts) from None
-            old = None if self.on_policy else self._old_logprobs(model, repeated, completions)
+        completions, logprobs, old = self._sample(examples, repeated)
         self.generations += 1
-        texts = tok.batch_decode(completions, skip_special_tokens=True)
-        pairs = list(zip((ex for ex in examples for _ in range(n)), texts, strict=True))
-        scores = score_rewards(
-            self.task.rewards,
-            pairs,
-            self.timeouts.reward_s,
-            completions,
-            global_step=(self.generations - 1) * self.rl.steps_per_generation,
-        )
+        texts = self.loaded.tokenizer.batch_decode(completions, skip_special_tokens=True)
+        scores = self._score(examples, texts, completions)
         rewards = scores.totals
-        if scores.none_all:
-            log.warning(
-                "%d of %d completions had no reward that applies (every reward returned None): "
-                "their total is 0, as in TRL.",
-                scores.none_all,
-                len(rewards),
-            )
         advantages, zero_spread = group_advantages(
             rewards, n, self.rl.scale_rewards, estimator=self.rl.advantage_estimator
         )
@@ -397,6 +363,57 @@ class RLProducer:
         for mini in minis:
             mini.generation_loss_tokens = generation_tokens
         return minis
+
+    def _sample(
+        self, examples: list[Example], repeated: list[list[int]]
+    ) -> tuple[list[list[int]], list[list[float]], list[list[float]] | None]:
+        """Completions of the ``repeated`` prompts, their sampler logprobs, and (off
+        policy) their old logprobs. Sampled in the precision the trainer computes in (its
+        autocast), so the sampler's logprobs differ from the training forward's by
+        kernels alone."""
+        sampler = self.sampler if self.sampler is not None else self.loaded.model
+        pad = self.loaded.tokenizer.pad_token_id
+        with eval_mode(sampler) as model, self.loaded.compute_precision():
+            try:
+                completions, logprobs = sample(
+                    model,
+                    repeated,
+                    self.rl.max_completion_length,
+                    self.sampling,
+                    self.stop_ids,
+                    pad,
+                    self.generator,
+                    left_padding=self.loaded.layout.left_padding,
+                    timeout_s=self.timeouts.rollout_s,
+                )
+            except InvalidDistributionError as exc:  # name the step and the prompts
+                prompts = [ex.prompt for ex in examples for _ in range(self.rl.num_generations)]
+                raise exc.located(self.step, prompts) from None
+            old = None if self.on_policy else self._old_logprobs(model, repeated, completions)
+        return completions, logprobs, old
+
+    def _score(
+        self, examples: list[Example], texts: list[str], completions: list[list[int]]
+    ) -> Scores:
+        """The rewards of the generation batch just sampled (``self.generations`` counts
+        it); completions no reward applies to are reported, and total 0 as in TRL."""
+        n = self.rl.num_generations
+        pairs = list(zip((ex for ex in examples for _ in range(n)), texts, strict=True))
+        scores = score_rewards(
+            self.task.rewards,
+            pairs,
+            self.timeouts.reward_s,
+            completions,
+            global_step=(self.generations - 1) * self.rl.steps_per_generation,
+        )
+        if scores.none_all:
+            log.warning(
+                "%d of %d completions had no reward that applies (every reward returned None): "
+                "their total is 0, as in TRL.",
+                scores.none_all,
+                len(scores.totals),
+            )
+        return scores
 
     @torch.no_grad()
     def _old_logprobs(

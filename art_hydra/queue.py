@@ -1,38 +1,37 @@
-"""The producer <-> trainer channel: deadlocks detected at once, stalls bounded.
+"""The producer <-> trainer exchange: one optimizer step's work in, one result out.
 
-The producer puts an input and waits for that optimizer step's result; the trainer
-runs in a background thread, takes inputs, and emits exactly one result per optimizer
-step (and one for the optional warmup pass).
+What crosses is :class:`StepWork`, every micro-batch of one optimizer step (SFT's
+``gradient_accumulation_steps`` micro-batches, RL's one packed input), each carrying the
+step's loss denominator (set once, by ``packing.one_step``). The producer puts a
+step's work and waits for its ``result``; the trainer's thread turns each into exactly
+one result (the warmup pass too).
 
-All of the channel's state (queued inputs, pending results, what each side waits for)
-sits under one condition variable, so the channel always knows both sides' waits at
-the same instant. When the producer waits for a result while the trainer waits for an
-input and nothing is in flight (no input queued, no result pending), neither side can
-ever move: that is a deadlock, and :class:`DeadlockError` is raised in the producer at
-once, naming both waits. The seed's example is RL with
-``trainer.gradient_accumulation_steps=2``: the producer sends one input per step and
-waits for its result; the trainer waits for a second input before stepping.
-
-Timeouts remain as the last resort for work that is genuinely stuck, each covering
-one kind of work: the producer waits at most ``timeouts.step_s`` for a step's result
-(or for room to put an input); the trainer waits at most ``queue.input_timeout_s`` for
-its next input, and that clock stops while the producer declares bounded work of its
-own (:meth:`StepChannel.producer_phase`: sampling, scoring, a checkpoint write, each
-bounded by its own ``timeouts.*``), so a slow reward or a slow disk is never blamed on
-the queue. :class:`StallError` names what overran, for how long, and what the other
-side was doing. An exception in the trainer wakes the producer at
-once (within :data:`POLL_S` at worst) and is re-raised with the trainer's traceback;
-:meth:`StepChannel.close` stops and joins the thread on every exit path.
-
-The protocol has one producer thread: ``put`` and ``result`` are called from it, never
-concurrently (another thread putting while ``result`` waits would look like a deadlock).
+Deadlocks are detected at once, naming both waits (:class:`DeadlockError`): a step's work
+with fewer micro-batches than the trainer takes per step (the founding example: RL with
+``trainer.gradient_accumulation_steps=2`` past the validators), where the trainer would
+wait for an input the producer never sends while the producer waits for the result
+(:meth:`StepWork.require`, as the trainer takes it); and a producer waiting for a result
+it never asked for. Every other wait is bounded by the timeout of one kind of work
+(:class:`StallError` names what overran and what the other side was doing): the
+producer's wait for a result or for room on the queue by ``timeouts.step_s``; the
+trainer's wait for its next job by ``queue.input_timeout_s``, a clock that stops while
+the producer declares bounded work of its own (:meth:`StepChannel.producer_phase`:
+sampling, scoring, a checkpoint write), so a slow reward or disk is never blamed on the
+queue. A trainer exception reaches the producer within :data:`POLL_S`, with its
+traceback; :meth:`StepChannel.close` stops and joins the thread on every exit path.
 
 All torch work runs on the trainer's thread: the producer hands its own (sampling,
-packing) over with :meth:`StepChannel.run_on_trainer_thread` and waits for it, bounded.
-On the CPU each OS thread that runs torch ops gets an OpenMP team of its own, and two
-teams taking turns on the same cores cost the default run 40% of its speed (teams spin
-and hand off caches); one compute thread keeps one team. The producer's thread keeps the
-protocol, the clocks, signals and the run's record.
+packing) over with :meth:`StepChannel.run_on_trainer_thread`. On the CPU every thread
+that runs torch ops brings its own OpenMP team, and two teams taking turns on the same
+cores cost the default run 40% of its speed. The one producer thread calls ``put``,
+``result`` and ``run_on_trainer_thread``, never concurrently, and keeps the protocol,
+the clocks, signals and the run's record.
+
+Overlapped rollouts (``rl.overlap_rollouts``, :class:`art_hydra.producer.RolloutsAhead`)
+plug in between ``put`` and ``result``: with a step's work on the queue the producer's
+thread is free, so it starts sampling the next generation batch on a thread of its own
+(the producer's copy of the policy, half the cores), waits for it after the result, and
+refreshes that copy while neither thread computes.
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from art_hydra import workers
@@ -57,37 +57,72 @@ CLOSE_GRACE_S = 10.0
 
 log = logging.getLogger(__name__)
 
+#: Why a producer's input-per-step count meets a trainer that wants more (the founding
+#: deadlock's usual cause), and the fix; every deadlock message ends with it.
+_LIKELY_CAUSE = (
+    "it expects more inputs per optimizer step than the producer sends. Likely cause: RL "
+    "with trainer.gradient_accumulation_steps > 1 (RL sends one input per optimizer step); "
+    "use trainer.gradient_accumulation_steps=1 and put the whole step in "
+    "trainer.per_device_train_batch_size."
+)
+
 
 class TrainerError(RuntimeError):
     """The trainer thread raised; the message carries its traceback."""
 
 
-class _Stopped(Exception):
-    """The channel was closed while the trainer waited for an input."""
+@dataclass
+class StepWork:
+    """One optimizer step's work, the unit that crosses the queue.
+
+    ``micro_batches`` are packed inputs (``packing.PackedBatch``), each already carrying
+    the step's loss denominator; ``warmup``: one forward and backward that changes no
+    weight and no optimizer moment.
+    """
+
+    micro_batches: list[Any]
+    warmup: bool = False
+
+    @property
+    def samples(self) -> list[dict[str, Any]]:
+        """The records of what the step trained on (completions.jsonl)."""
+        return self.micro_batches[0].samples
+
+    def require(self, micro_batches: int, step: int) -> None:
+        """Refuse work that does not make step ``step`` of ``micro_batches`` inputs: fewer
+        is the founding deadlock (:class:`DeadlockError`, naming both waits)."""
+        handed = len(self.micro_batches)
+        if handed < micro_batches:
+            raise DeadlockError(
+                f"deadlock: the producer waits for the result of step {step} while the "
+                f"trainer waits for input #{handed + 1} of that step, and the producer sent "
+                f"the step as {handed} input(s), so neither can ever move. The trainer takes "
+                f"{micro_batches} inputs per optimizer step (trainer.gradient_accumulation_"
+                f"steps): {_LIKELY_CAUSE}"
+            )
+        if handed > micro_batches:
+            raise ValueError(
+                f"step {step}'s work holds {handed} micro-batches; the trainer takes "
+                f"{micro_batches} per optimizer step (trainer.gradient_accumulation_steps)"
+            )
 
 
-class _Work:
-    """The producer's work, run on the trainer's thread: its value or its exception."""
+@dataclass(eq=False)
+class _Job:
+    """A call for the trainer's thread: a step's work (``step``: its exception ends the
+    trainer) or the producer's own torch work (its exception is handed back)."""
 
-    def __init__(self, fn: Callable[[], Any], what: str) -> None:
-        self.fn, self.what = fn, what
-        self.done = False
-        self.value: Any = None
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self.value = self.fn()
-        except BaseException as exc:  # handed back to the producer, which re-raises it
-            self.error = exc
+    fn: Callable[[], Any]
+    what: str
+    step: bool
+    done: bool = False
+    value: Any = None
+    error: BaseException | None = None
 
 
 class StepChannel:
-    """Runs ``train_fn`` on inputs in a background thread; see the module docstring.
-
-    ``train_fn(input)`` returns a result when an optimizer step (or warmup pass)
-    completes, or None while it accumulates micro-batches.
-    """
+    """Runs ``train_fn(work)`` for each step's work on a background thread; see the
+    module docstring. ``train_fn`` returns the step's result."""
 
     def __init__(
         self, queue_cfg: Any, train_fn: Callable[[Any], Any], step_timeout_s: float
@@ -97,213 +132,178 @@ class StepChannel:
         self._train_fn = train_fn
         self._cond = threading.Condition()
         # Everything below is read and written under self._cond only.
-        self._inputs: deque[Any] = deque()
-        self._work: deque[_Work] = deque()
-        self._results: deque[Any] = deque()
-        self._stopping = False
-        self._error: BaseException | None = None
-        self._error_text = ""
-        #: Inputs the trainer has taken, and how many since its last result.
+        #: Jobs for the trainer's thread, in the order handed over.
+        self._todo: deque[_Job] = deque()
+        #: The steps put whose results the producer has not taken (queued, running, done).
+        self._owed: deque[_Job] = deque()
+        #: Steps the trainer has taken (numbers the inputs in messages).
         self._taken = 0
-        self._since_result = 0
-        #: True while the trainer is blocked waiting for its next input.
-        self._trainer_waits = False
-        #: What the trainer is doing right now, for error messages.
+        self._stopping = False
+        #: What ended the trainer's thread (None while it runs).
+        self._error: BaseException | None = None
+        #: The bounded work the producer declared it is doing (None: none).
+        self._phase: str | None = None
+        #: What each side is doing, for messages.
         self.trainer_state = "starting"
         self._producer_state = "starting"
-        #: The bounded work the producer declared it is doing (None: none).
-        self._producer_phase: str | None = None
         self._thread = workers.start(self._run, "trainer")
 
     # -- trainer side -------------------------------------------------------------
     def _run(self) -> None:
         try:
-            while True:
-                item = self._next_input()
-                result = self._train_fn(item)
+            while (job := self._take()) is not None:
+                try:
+                    job.value = job.fn()
+                except BaseException as exc:
+                    if job.step:
+                        raise
+                    job.error = exc  # the producer's own work: re-raised by the producer
                 with self._cond:
-                    if result is not None:
-                        self._results.append(result)
-                        self._since_result = 0
+                    job.done = True
                     self.trainer_state = f"done with input #{self._taken}"
                     self._cond.notify_all()
-        except _Stopped:
-            return
         except BaseException as exc:
             with self._cond:
                 self._error = exc
-                self._error_text = "".join(traceback.format_exception(exc))
                 self.trainer_state = f"stopped by {type(exc).__name__}"
                 self._cond.notify_all()
 
-    def _next_input(self) -> Any:
-        """The next input, waiting at most ``queue.input_timeout_s`` for it, not counting
-        the time the producer spends in a declared phase (bounded by its own timeout)."""
+    def _take(self) -> _Job | None:
+        """The next job (None once closing), waiting at most ``queue.input_timeout_s``
+        for it, a clock that stops while the producer is in a declared phase."""
         timeout = self._cfg.input_timeout_s
         with self._cond:
-            number = self._taken + 1
+            self.trainer_state = f"waiting for input #{self._taken + 1}"
             deadline = time.monotonic() + timeout
-            self.trainer_state = f"waiting for input #{number}"
-            self._trainer_waits = True
-            self._cond.notify_all()  # a producer waiting for a result re-checks for deadlock
-            try:
-                while not self._inputs:
-                    if self._stopping:
-                        raise _Stopped
-                    if self._work:
-                        self._run_work(self._work.popleft(), number)
-                        deadline = time.monotonic() + timeout
-                        continue
-                    if self._producer_phase is not None:
-                        self._cond.wait()  # the phase has its own bound; it notifies at its end
-                        deadline = time.monotonic() + timeout
-                        continue
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise StallError(
-                            f"the trainer waited {timeout:g}s (queue.input_timeout_s) for input "
-                            f"#{number} while the producer was {self._producer_state}, outside "
-                            "any bounded work of its own"
-                        )
+            while not self._todo and not self._stopping:
+                if self._phase is not None:
+                    self._cond.wait()  # the phase has its own bound; it notifies at its end
+                    deadline = time.monotonic() + timeout
+                elif (remaining := deadline - time.monotonic()) > 0:
                     self._cond.wait(remaining)
-                if self._stopping:
-                    raise _Stopped
-                item = self._inputs.popleft()
-            finally:
-                self._trainer_waits = False
-            self._taken = number
-            self._since_result += 1
-            self.trainer_state = f"training on input #{number}"
+                else:
+                    raise StallError(
+                        f"the trainer waited {timeout:g}s (queue.input_timeout_s) for input "
+                        f"#{self._taken + 1} while the producer was {self._producer_state}, "
+                        "outside any bounded work of its own"
+                    )
+            if self._stopping:
+                return None
+            job = self._todo.popleft()
+            self._taken += int(job.step)
+            self.trainer_state = (
+                f"training on input #{self._taken}" if job.step else f"{job.what} for the producer"
+            )
             self._cond.notify_all()  # room on the queue for a waiting put
-            return item
-
-    def _run_work(self, work: _Work, number: int) -> None:
-        """Run the producer's work (called holding the lock; runs it without)."""
-        self._trainer_waits = False
-        self.trainer_state = f"{work.what} for the producer"
-        self._cond.release()
-        try:
-            work.run()
-        finally:
-            self._cond.acquire()
-        work.done = True
-        self._trainer_waits = True
-        self.trainer_state = f"waiting for input #{number}"
-        self._cond.notify_all()
+            return job
 
     # -- producer side ------------------------------------------------------------
+    def put(self, work: Any) -> None:
+        """Hand one step's work to the trainer (waits for room on the queue while the
+        trainer finishes a step, bounded by ``timeouts.step_s``)."""
+        job = _Job(lambda: self._train_fn(work), "a step", step=True)
+        with self._cond:
+            self._producer_state = "putting an input"
+            self._wait_for(
+                lambda: sum(j.step for j in self._todo) < self._cfg.maxsize,
+                self._step_timeout,
+                f"the producer waited {self._step_timeout:g}s (timeouts.step_s) to put an "
+                "input on a full queue; the trainer is",
+            )
+            self._todo.append(job)
+            self._owed.append(job)
+            self._producer_state = "producing the next input"
+            self._cond.notify_all()
+
+    def result(self, step: int) -> Any:
+        """The result of optimizer step ``step``, the oldest step put and not yet
+        answered: waits at most ``timeouts.step_s``; :class:`DeadlockError` at once when
+        no step is owed (the trainer waits for an input nothing will send)."""
+        with self._cond:
+            self._producer_state = f"waiting for the result of step {step}"
+            self._raise_if_trainer_failed()
+            if not self._owed:
+                raise DeadlockError(
+                    f"deadlock: the producer waits for the result of step {step} while the "
+                    f"trainer waits for input #{self._taken + 1}, and no input is queued and "
+                    f"no result is pending, so neither can ever move: {_LIKELY_CAUSE}"
+                )
+            job = self._owed[0]
+            self._wait_for(
+                lambda: job.done,
+                self._step_timeout,
+                f"optimizer step {step} did not finish within {self._step_timeout:g}s "
+                "(timeouts.step_s); the trainer is",
+            )
+            self._owed.popleft()
+            self._producer_state = "producing the next input"
+            return job.value
+
     def run_on_trainer_thread(self, fn: Callable[[], Any], what: str, timeout_s: float) -> Any:
         """``fn()`` run on the trainer's thread (the producer's torch work: sampling,
         packing), waited for at most ``timeout_s``; its exception is re-raised here. The
         trainer's wait for an input does not run out meanwhile."""
-        work = _Work(fn, what)
+        job = _Job(fn, what, step=False)
         with self.producer_phase(what), self._cond:
-            self._raise_if_trainer_failed()
-            self._work.append(work)
+            self._todo.append(job)
             self._cond.notify_all()
-            deadline = time.monotonic() + timeout_s
-            while not work.done:
-                self._raise_if_trainer_failed()
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    if work in self._work:  # not started: it must never run later
-                        self._work.remove(work)
-                    raise StallError(
-                        f"{what} did not finish within {timeout_s:g}s (the sum of its "
-                        "timeouts.*); it runs on the trainer's thread, which is "
-                        f"{self.trainer_state}"
-                    )
-                self._cond.wait(min(remaining, POLL_S))
-        if work.error is not None:
-            raise work.error
-        return work.value
+            try:
+                self._wait_for(
+                    lambda: job.done,
+                    timeout_s,
+                    f"{what} did not finish within {timeout_s:g}s (the sum of its timeouts.*); "
+                    "it runs on the trainer's thread, which is",
+                )
+            finally:
+                if job in self._todo:  # not started: it must never run later
+                    self._todo.remove(job)
+        if job.error is not None:
+            raise job.error
+        return job.value
 
     @contextlib.contextmanager
     def producer_phase(self, what: str) -> Iterator[None]:
         """Declare bounded producer work (``what``, for messages): the trainer's wait for
         an input does not run out while it lasts; its own timeout bounds it."""
         with self._cond:
-            self._producer_phase = what
-            self._producer_state = what
+            self._phase = self._producer_state = what
         try:
             yield
         finally:
             with self._cond:
-                self._producer_phase = None
+                self._phase = None
                 self._producer_state = f"done {what}"
                 self._cond.notify_all()
 
-    def put(self, item: Any) -> None:
-        """Hand one input to the trainer (waits for room while the trainer finishes its
-        step, bounded by ``timeouts.step_s``)."""
-        timeout = self._step_timeout
-        with self._cond:
-            self._producer_state = "putting an input"
-            deadline = time.monotonic() + timeout
-            while len(self._inputs) >= self._cfg.maxsize:
-                self._raise_if_trainer_failed()
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise StallError(
-                        f"the producer waited {timeout:g}s (timeouts.step_s) to put an input on "
-                        f"a full queue; the trainer is {self.trainer_state}"
-                    )
-                self._cond.wait(min(remaining, POLL_S))
+    def _wait_for(self, ready: Callable[[], bool], timeout_s: float, overran: str) -> None:
+        """Wait (holding the lock) until ``ready()``, re-raising the trainer's failure
+        within :data:`POLL_S`; after ``timeout_s``, :class:`StallError` saying what
+        ``overran`` and what the trainer is doing."""
+        deadline = time.monotonic() + timeout_s
+        self._raise_if_trainer_failed()
+        while not ready():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise StallError(f"{overran} {self.trainer_state}")
+            self._cond.wait(min(remaining, POLL_S))
             self._raise_if_trainer_failed()
-            self._inputs.append(item)
-            self._producer_state = "producing the next input"
-            self._cond.notify_all()
-
-    def result(self, step: int) -> Any:
-        """Wait for the result of optimizer step ``step``: raises :class:`DeadlockError`
-        as soon as the trainer waits for an input that nothing will send, and
-        :class:`StallError` after ``timeouts.step_s``."""
-        timeout = self._step_timeout
-        with self._cond:
-            self._producer_state = f"waiting for the result of step {step}"
-            deadline = time.monotonic() + timeout
-            while not self._results:
-                self._raise_if_trainer_failed()
-                if self._trainer_waits and not self._inputs:
-                    raise DeadlockError(self._deadlock_message(step))
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise StallError(
-                        f"optimizer step {step} did not finish within {timeout:g}s "
-                        f"(timeouts.step_s); the trainer is {self.trainer_state}"
-                    )
-                self._cond.wait(min(remaining, POLL_S))
-            self._producer_state = "producing the next input"
-            return self._results.popleft()
-
-    def _deadlock_message(self, step: int) -> str:
-        taken = self._since_result
-        return (
-            f"deadlock: the producer waits for the result of step {step} while the trainer "
-            f"waits for input #{self._taken + 1}, and no input is queued and no result is "
-            f"pending, so neither can ever move. The trainer has taken {taken} input(s) "
-            "since its last result and wants more before it steps: it expects more inputs "
-            "per optimizer step than the producer sends. Likely cause: RL with "
-            "trainer.gradient_accumulation_steps > 1 (RL sends one input per optimizer "
-            "step); use trainer.gradient_accumulation_steps=1 and put the whole step in "
-            "trainer.per_device_train_batch_size."
-        )
 
     def _raise_if_trainer_failed(self) -> None:
-        if self._error is not None:
-            if isinstance(self._error, StallError):
-                raise StallError(str(self._error)) from self._error
+        error = self._error
+        if isinstance(error, StallError):  # a bound or a deadlock: its message says it all
+            raise type(error)(str(error)) from error
+        if error is not None:
             raise TrainerError(
-                f"the trainer failed: {type(self._error).__name__}: {self._error}\n"
-                f"--- trainer traceback ---\n{self._error_text}"
-            ) from self._error
+                f"the trainer failed: {type(error).__name__}: {error}\n"
+                f"--- trainer traceback ---\n{''.join(traceback.format_exception(error))}"
+            ) from error
         if not self._thread.is_alive():
             raise TrainerError("the trainer thread ended without a result")
 
     def close(self) -> bool:
         """Stop the trainer thread and wait for it (idempotent); True once it has ended.
 
-        The trainer checks for the stop between inputs, so the wait is the rest of the
+        The trainer checks for the stop between jobs, so the wait is the rest of the
         step in progress, at most :data:`CLOSE_GRACE_S` (a step that overran its bound has
         already been waited for).
         """

@@ -215,18 +215,7 @@ def build_trainer_and_producer(
     # One settings object for rollouts and training logprobs: they must never differ.
     sampling = SamplingSettings.from_config(cfg.rl, suppressed_ids(loaded.tokenizer))
     trainer = Trainer(loaded, cfg.trainer, Objective.for_rl(cfg.rl, sampling), world)
-    producer = RLProducer(
-        loaded,
-        task,
-        cfg.rl,
-        cfg.producer,
-        cfg.timeouts,
-        sampling,
-        batch,
-        capacity,
-        cfg.seed,
-        world,
-    )
+    producer = RLProducer(loaded, task, cfg, sampling, world)
     producer.eval_examples, producer.eval_rewards = held, task.rewards
     return trainer, producer
 
@@ -511,7 +500,7 @@ class TrainingRecipe:
         from art_hydra.queue import StepChannel
 
         cfg, trainer = self.cfg, self.trainer
-        self.channel = StepChannel(cfg.queue, trainer.train_micro, cfg.timeouts.step_s)
+        self.channel = StepChannel(cfg.queue, trainer.train_step, cfg.timeouts.step_s)
 
     def _setup_rollouts_ahead(self) -> None:
         """With rl.overlap_rollouts, the sampler makes the next step's rollouts while a
@@ -583,14 +572,15 @@ class TrainingRecipe:
 
     def _warmup(self) -> None:
         """``trainer.warmup_pass``: one input through the trainer that changes no weight."""
+        from art_hydra.queue import StepWork
+
         channel = self.channel
         _sampling_for(self.producer, 0)
         first = channel.run_on_trainer_thread(
             self.producer.make_inputs, "making the warmup input", self.sample_and_score_s
         )[0]
-        first.warmup = True
         self.ranks.inputs_barrier("waiting for the other ranks' warmup inputs")
-        channel.put(first)
+        channel.put(StepWork([first], warmup=True))
         channel.result(step=0)
 
     def _make_inputs(self, step: int) -> list[Any]:
@@ -607,10 +597,11 @@ class TrainingRecipe:
     def _train_step(self, step: int, inputs: list[Any]) -> Any:
         """Hand the trainer the step's inputs and wait for its one result (the next
         step's rollouts, with rl.overlap_rollouts, sampled meanwhile)."""
+        from art_hydra.queue import StepWork
+
         channel, producer, ahead = self.channel, self.producer, self.ahead
         self.handed = True
-        for item in inputs:
-            channel.put(item)
+        channel.put(StepWork(inputs))
         if ahead is not None and producer.needs_rollouts():
             _sampling_for(producer, step + 1)
             ahead.start()  # the next batch, on the sampler, while this one trains

@@ -1,10 +1,12 @@
 """The trainer: forward, loss, backward and one optimizer step per result.
 
-It reads ``cfg.trainer`` (optimisation) and is handed an objective (RL or SFT). Inputs
-are micro-batches of packed rows; after ``gradient_accumulation_steps`` of them it
-clips, steps the optimizer and scheduler, and returns one :class:`StepResult`. A
-warmup input runs forward and backward only and returns a result without touching the
-weights or the optimizer's moments.
+It reads ``cfg.trainer`` (optimisation) and is handed an objective (RL or SFT). Each
+input is one optimizer step's work (:class:`art_hydra.queue.StepWork`): its
+``gradient_accumulation_steps`` micro-batches of packed rows are run forward and
+backward, then it clips, steps the optimizer and scheduler, and returns one
+:class:`StepResult`; nothing about a step outlives the call. A warmup pass runs forward
+and backward only and returns a result without touching the weights or the optimizer's
+moments.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 
 from art_hydra.backends.torch_backend import LoadedModel, warn_if_updates_round_away
 from art_hydra.packing import PackedBatch
+from art_hydra.queue import StepWork
 from art_hydra.rl.logprobs import PolicyLogprobs
 from art_hydra.rl.losses import (
     PolicyLossSettings,
@@ -273,7 +276,7 @@ def _no_buffer_sync() -> dict[str, bool]:
 
 
 class Trainer:
-    """Owns the optimizer; :meth:`train_micro` is what the queue's thread runs."""
+    """Owns the optimizer; :meth:`train_step` is what the queue's thread runs."""
 
     def __init__(
         self, loaded: LoadedModel, trainer_cfg: Any, objective: Objective, world: Any = None
@@ -304,8 +307,6 @@ class Trainer:
         )
         self.reference = self._build_reference() if objective.needs_reference else None
         self.step = 0
-        self._micro = 0
-        self._acc: dict[str, float] = {}
 
     def state_dict(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Optimizer moments (tensors); step, schedule and loss scaler (JSON-able)."""
@@ -403,43 +404,43 @@ class Trainer:
         stats["loss_tokens"] = float(mask.sum())
         return loss, stats
 
-    def train_micro(self, batch: PackedBatch) -> StepResult | None:
-        """Process one input; return a result when an optimizer step completes."""
+    def train_step(self, work: StepWork) -> StepResult:
+        """One optimizer step's work (what the queue's thread runs): forward and backward
+        over each of its micro-batches, then one clipped optimizer step; a warmup pass
+        runs forward and backward on its first micro-batch only and changes nothing."""
         self.model.train()
-        # Across ranks, gradients are averaged once per optimizer step: not after the
-        # micro-batches that only accumulate.
-        accumulating = not batch.warmup and self._micro + 1 < self.cfg.gradient_accumulation_steps
-        with self.policy.no_sync() if accumulating and self._ddp else contextlib.nullcontext():
-            loss, stats = self.loss(batch)
-            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
-        if batch.warmup:
+        if work.warmup:
+            batch = work.micro_batches[0]
+            loss, stats = self._backward(batch, sync=True)
             self.optimizer.zero_grad(set_to_none=True)
             return self._result(loss.item(), 0.0, stats, batch, warmup=True)
-        # Sums over the step's micro-batches; per-token statistics weighted by tokens.
-        weight = stats["loss_tokens"]
-        sums = {
-            "loss": loss.item(),
-            "tokens": batch.real_tokens,
-            "slots": batch.input_ids.numel(),
-            "loss_tokens": weight,
-            **{
-                k: v * weight for k, v in stats.items() if k != "loss_tokens" and not is_max_stat(k)
-            },
-        }
-        for key, value in sums.items():
-            self._acc[key] = self._acc.get(key, 0.0) + value
-        for key, value in stats.items():
-            if is_max_stat(key):
-                self._acc[key] = max(self._acc.get(key, value), value)
-        self._micro += 1
-        if self._micro < self.cfg.gradient_accumulation_steps:
-            return None
+        work.require(self.cfg.gradient_accumulation_steps, self.step + 1)
+        sums: dict[str, float] = {}
+        last = len(work.micro_batches) - 1
+        for index, batch in enumerate(work.micro_batches):
+            loss, stats = self._backward(batch, sync=index == last)
+            _accumulate(sums, loss.item(), stats, batch)
+        lr = self.scheduler.get_last_lr()[0]
+        grad_norm, skipped = self._apply_gradients()
+        return self._step_result(sums, grad_norm, lr, skipped, work.micro_batches[-1])
+
+    def _backward(self, batch: PackedBatch, sync: bool) -> tuple[torch.Tensor, dict[str, float]]:
+        """The micro-batch's loss, backpropagated. Across ranks, gradients are averaged
+        once per optimizer step (``sync``: its last micro-batch), not after those that
+        only accumulate."""
+        with self.policy.no_sync() if self._ddp and not sync else contextlib.nullcontext():
+            loss, stats = self.loss(batch)
+            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        return loss, stats
+
+    def _apply_gradients(self) -> tuple[float, bool]:
+        """Clip, step the optimizer and the schedule, count the step: the gradient norm,
+        and whether float16 loss scaling skipped the step."""
         max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else float("inf")
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)  # clip the true gradient, not the scaled one
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-        lr = self.scheduler.get_last_lr()[0]
         skipped = self._optimizer_step()
         if not skipped:
             self.scheduler.step()
@@ -455,23 +456,33 @@ class Trainer:
                 grad_norm,
                 self.scaler.get_scale() if self.scaler is not None else float("nan"),
             )
-        acc, self._acc, self._micro = self._acc, {}, 0
-        tokens = max(acc["loss_tokens"], 1.0)
-        extra = _extra_stats(acc, tokens)
+        return grad_norm, skipped
+
+    def _step_result(
+        self,
+        sums: dict[str, float],
+        grad_norm: float,
+        lr: float,
+        skipped: bool,
+        last: PackedBatch,
+    ) -> StepResult:
+        """The step's result from its micro-batches' sums (:func:`_accumulate`)."""
+        tokens = max(sums["loss_tokens"], 1.0)
+        extra = _extra_stats(sums, tokens)
         if self.scaler is not None:
             extra["step_skipped"] = 1.0 if skipped else 0.0
         return StepResult(
             step=self.step,
-            loss=acc["loss"],
+            loss=sums["loss"],
             grad_norm=grad_norm,
             learning_rate=lr,
-            kl=acc["kl"] / tokens,
-            entropy=acc["entropy"] / tokens,
-            clip_fraction=acc["clip_fraction"] / tokens,
-            real_token_share=acc["tokens"] / acc["slots"],
-            trained_tokens=int(acc["tokens"]),
-            info=dict(batch.info),
-            loss_tokens=acc["loss_tokens"],
+            kl=sums["kl"] / tokens,
+            entropy=sums["entropy"] / tokens,
+            clip_fraction=sums["clip_fraction"] / tokens,
+            real_token_share=sums["tokens"] / sums["slots"],
+            trained_tokens=int(sums["tokens"]),
+            info=dict(last.info),
+            loss_tokens=sums["loss_tokens"],
             stats=extra,
         )
 
@@ -513,6 +524,26 @@ class Trainer:
             info=dict(batch.info),
             stats={k: v for k, v in stats.items() if k not in (*CORE_STATS, "loss_tokens")},
         )
+
+
+def _accumulate(
+    sums: dict[str, float], loss: float, stats: dict[str, float], batch: PackedBatch
+) -> None:
+    """Add a micro-batch to its step's sums: loss, tokens and slots summed, per-token
+    statistics weighted by the micro-batch's loss tokens, maxima (``..._max``) kept."""
+    weight = stats["loss_tokens"]
+    added = {
+        "loss": loss,
+        "tokens": batch.real_tokens,
+        "slots": batch.input_ids.numel(),
+        "loss_tokens": weight,
+        **{k: v * weight for k, v in stats.items() if k != "loss_tokens" and not is_max_stat(k)},
+    }
+    for key, value in added.items():
+        sums[key] = sums.get(key, 0.0) + value
+    for key, value in stats.items():
+        if is_max_stat(key):
+            sums[key] = max(sums.get(key, value), value)
 
 
 def _extra_stats(acc: dict[str, float], tokens: float) -> dict[str, float]:

@@ -22,7 +22,7 @@ import statistics
 import time
 
 from art_hydra import compose
-from art_hydra.queue import StepChannel
+from art_hydra.queue import StepChannel, StepWork
 from art_hydra.run import build_trainer_and_producer
 
 
@@ -35,13 +35,13 @@ def main() -> None:
     trainer, producer = build_trainer_and_producer(cfg)
 
     # Whole RL steps: rollouts + train, through the queue as a run does it.
-    channel = StepChannel(cfg.queue, trainer.train_micro, cfg.timeouts.step_s)
+    channel = StepChannel(cfg.queue, trainer.train_step, cfg.timeouts.step_s)
     step_times, tokens, shares, inputs = [], [], [], []
     for step in range(1, args.steps + 1):
         start = time.perf_counter()
         (batch,) = channel.run_on_trainer_thread(producer.make_inputs, "making the inputs", 600)
         inputs.append(copy.deepcopy(batch))
-        channel.put(batch)
+        channel.put(StepWork([batch]))
         result = channel.result(step)
         step_times.append(time.perf_counter() - start)
         tokens.append(result.trained_tokens)
@@ -51,14 +51,14 @@ def main() -> None:
     queued, direct = [], []
     for i, batch in enumerate(inputs):
         for mode in ("queue", "direct") if i % 2 == 0 else ("direct", "queue"):
-            item = copy.deepcopy(batch)
+            item = StepWork([copy.deepcopy(batch)])
             start = time.perf_counter()
             if mode == "queue":
                 channel.put(item)
                 channel.result(i)
                 queued.append(time.perf_counter() - start)
             else:
-                trainer.train_micro(item)
+                trainer.train_step(item)
                 direct.append(time.perf_counter() - start)
     channel.close()
 

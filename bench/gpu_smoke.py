@@ -113,7 +113,7 @@ def one_side(folder: str, backend: str, steps: int, variant: str | None) -> dict
     prepare(cfg.backend)
     import torch
 
-    from art_hydra.queue import StepChannel
+    from art_hydra.queue import StepChannel, StepWork
     from art_hydra.run import build_trainer_and_producer
 
     trainer, producer = build_trainer_and_producer(cfg)
@@ -121,7 +121,7 @@ def one_side(folder: str, backend: str, steps: int, variant: str | None) -> dict
     params = [p for p in trainer.model.parameters() if p.requires_grad]
     # Kept on the host, so the copy does not count in the accelerator's peak.
     before = [p.detach().to("cpu", copy=True) for p in params] if variant is not None else []
-    channel = StepChannel(cfg.queue, trainer.train_micro, cfg.timeouts.step_s)
+    channel = StepChannel(cfg.queue, trainer.train_step, cfg.timeouts.step_s)
     times, made, tokens = [], [], []
     changed_share = float("nan")
     try:
@@ -133,8 +133,7 @@ def one_side(folder: str, backend: str, steps: int, variant: str | None) -> dict
             if cuda:
                 torch.cuda.synchronize()
             made.append(time.perf_counter() - start)
-            for item in inputs:
-                channel.put(item)
+            channel.put(StepWork(inputs))
             result = channel.result(step)
             if cuda:
                 torch.cuda.synchronize()

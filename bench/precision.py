@@ -30,6 +30,7 @@ from family_models import FAMILIES, load_family, save_family
 
 from art_hydra import compose
 from art_hydra.backends.torch_backend import rounded_away_share
+from art_hydra.queue import StepWork
 from art_hydra.run import build_trainer_and_producer
 
 PRECISIONS = {
@@ -50,8 +51,7 @@ def one_step(cfg: Any, loaded: Any = None) -> tuple[Any, Any, float]:
     trainer, producer = build_trainer_and_producer(cfg, loaded=loaded)
     params = [p for p in trainer.model.parameters() if p.requires_grad]
     before = [p.detach().clone() for p in params]
-    for batch in producer.make_inputs():
-        result = trainer.train_micro(batch)
+    result = trainer.train_step(StepWork(producer.make_inputs()))
     changed = sum(int((p.detach() != b).sum()) for p, b in zip(params, before, strict=True))
     return trainer, result, changed / sum(p.numel() for p in params)
 

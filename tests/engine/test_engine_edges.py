@@ -70,7 +70,7 @@ def test_prompts_too_long_are_refused_up_front() -> None:
         encode_checked(loaded.tokenizer, task.examples, 3, "rl.max_prompt_length")
     with pytest.raises(ValueError, match=r"rl\.max_prompt_length"):
         cfg.rl.max_prompt_length = 4
-        RLProducer(loaded, task, cfg.rl, cfg.producer, cfg.timeouts, SamplingSettings(), 16, 64, 0)
+        RLProducer(loaded, task, cfg, SamplingSettings())
 
 
 def test_every_generation_config_eos_stops_a_completion() -> None:
@@ -119,13 +119,13 @@ def test_the_trainer_computes_with_the_configured_cpu_threads(
     from art_hydra.trainer import Trainer
 
     seen: list[int] = []
-    train_micro = Trainer.train_micro
+    train_step = Trainer.train_step
 
-    def spy(self: Trainer, batch: object) -> object:
+    def spy(self: Trainer, work: object) -> object:
         seen.append(torch.get_num_threads())
-        return train_micro(self, batch)
+        return train_step(self, work)
 
-    monkeypatch.setattr(Trainer, "train_micro", spy)
+    monkeypatch.setattr(Trainer, "train_step", spy)
     before = torch.get_num_threads()
     try:
         train(compose([*QUICK, "trainer.max_steps=2", "backend.cpu_threads=1"]), run_dir=tmp_path)

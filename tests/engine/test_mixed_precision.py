@@ -18,6 +18,7 @@ from family_models import load_family, save_family
 from art_hydra import compose, train
 from art_hydra.backends.torch_backend import HalfWeightsError, rounded_away_share
 from art_hydra.metrics import read_metrics
+from art_hydra.queue import StepWork
 from art_hydra.run import build_trainer_and_producer
 
 pytestmark = pytest.mark.slow
@@ -28,7 +29,7 @@ def test_float16_keeps_float32_masters_and_scales_the_loss() -> None:
     trainer, producer = build_trainer_and_producer(cfg)
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
     assert trainer.scaler is not None and trainer.loaded.autocast == torch.float16
-    result = trainer.train_micro(producer.make_inputs()[0])
+    result = trainer.train_step(StepWork(producer.make_inputs()))
     assert result is not None and math.isfinite(result.loss) and math.isfinite(result.grad_norm)
 
 
@@ -75,8 +76,7 @@ def _one_step(folder: Path, overrides: list[str]) -> tuple[Any, float]:
     trainer, producer = build_trainer_and_producer(cfg, loaded=loaded)
     params = [p for p in trainer.model.parameters() if p.requires_grad]
     before = [p.detach().clone() for p in params]
-    for batch in producer.make_inputs():
-        result = trainer.train_micro(batch)
+    result = trainer.train_step(StepWork(producer.make_inputs()))
     assert result is not None and math.isfinite(result.loss)
     changed = sum(int((p.detach() != b).sum()) for p, b in zip(params, before, strict=True))
     return trainer, changed / sum(p.numel() for p in params)

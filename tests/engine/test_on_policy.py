@@ -20,6 +20,7 @@ import torch
 from conftest_model import tiny
 from family_models import FAMILIES, load_family, save_family
 
+from art_hydra.queue import StepWork
 from art_hydra.rl.losses import (
     PolicyLossSettings,
     policy_loss,
@@ -61,7 +62,7 @@ def _first_step(folder: Path, family: str, dtype: str, extra: list[str] | None =
     trainer, producer = build_trainer_and_producer(cfg, loaded=loaded)
     batch = producer.make_inputs()[0]
     assert batch.on_policy
-    return trainer.train_micro(batch)
+    return trainer.train_step(StepWork([batch]))
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -106,7 +107,7 @@ def test_off_policy_old_logprobs_come_from_a_forward_at_sampling_time() -> None:
         for seq in mini.sequences:
             completion = len(seq.tokens) - seq.prompt_len
             assert len(seq.old_logprobs) == len(seq.sampler_logprobs) == completion
-    result = trainer.train_micro(batch)
+    result = trainer.train_step(StepWork([batch]))
     assert result.clip_fraction == 0.0
     assert result.stats["sampling_mismatch_max"] < 0.5
 

@@ -12,7 +12,7 @@ import pytest
 from conftest_model import QUICK
 
 from art_hydra import compose
-from art_hydra.queue import DeadlockError, StallError, StepChannel, TrainerError
+from art_hydra.queue import DeadlockError, StallError, StepChannel, StepWork, TrainerError
 from art_hydra.run import run_validated
 
 
@@ -73,74 +73,87 @@ def test_a_producer_that_never_puts_ends_in_the_trainers_stall_error() -> None:
     assert channel.close()
 
 
-def _accumulating(every: int, delay_s: float = 0.0) -> Callable[[int], int | None]:
-    """A train function that returns a result after every ``every`` inputs."""
-    seen: list[int] = []
+def test_a_step_short_of_its_micro_batches_is_a_deadlock_at_once_naming_both_waits() -> None:
+    """The founding deadlock: a trainer that takes two inputs per step (accumulation 2)
+    handed a step of one, under the default 600 s timeouts."""
 
-    def train(item: int) -> int | None:
-        time.sleep(delay_s)
-        seen.append(item)
-        return len(seen) // every if len(seen) % every == 0 else None
+    def train(work: StepWork) -> int:
+        work.require(micro_batches=2, step=1)
+        return 1
 
-    return train
-
-
-def test_a_mutual_wait_is_a_deadlock_at_once_naming_both_waits() -> None:
-    """Accumulation 2 with one input per step, under the default 600 s timeouts."""
-    channel = _channel(600, _accumulating(2))
-    channel.put(1)
-    # A DeadlockError (both sides wait), not the StallError of the 600 s timeout.
+    channel = _channel(600, train)
+    channel.put(StepWork(["only micro-batch"]))
+    # A DeadlockError (both sides would wait), not the StallError of the 600 s timeout.
     with pytest.raises(DeadlockError) as info:
         channel.result(1)
     message = str(info.value)
     assert "the producer waits for the result of step 1" in message
-    assert "the trainer waits for input #2" in message and "no input is queued" in message
+    assert "the trainer waits for input #2 of that step" in message
     assert "trainer.gradient_accumulation_steps" in message
     assert channel.close()
 
 
+def test_a_result_never_asked_for_is_a_deadlock_at_once() -> None:
+    """The producer waits for a result while nothing is queued or in flight."""
+    channel = _channel(600, lambda work: work)
+    channel.put(1)
+    assert channel.result(1) == 1
+    with pytest.raises(DeadlockError) as info:
+        channel.result(2)
+    message = str(info.value)
+    assert "the producer waits for the result of step 2" in message
+    assert "the trainer waits for input #2" in message and "no input is queued" in message
+    assert channel.close()
+
+
+def test_a_step_with_more_micro_batches_than_it_takes_is_refused() -> None:
+    with pytest.raises(ValueError, match="holds 3 micro-batches; the trainer takes 2"):
+        StepWork([1, 2, 3]).require(micro_batches=2, step=1)
+
+
 def test_no_deadlock_when_the_producer_is_merely_slow() -> None:
-    """The trainer waits for input #2 while the producer is still making it."""
-    channel = _channel(600, _accumulating(2))
+    """The trainer waits for the next step's work while the producer is still making it."""
+    channel = _channel(600, lambda work: sum(work.micro_batches))
     for step in (1, 2):
-        channel.put(2 * step - 1)
         time.sleep(0.2)  # the trainer now waits for the next input; the producer works
-        channel.put(2 * step)
-        assert channel.result(step) == step
+        channel.put(StepWork([step, step]))
+        assert channel.result(step) == 2 * step
     assert channel.close()
 
 
 def test_no_deadlock_when_the_trainer_is_merely_slow() -> None:
-    channel = _channel(600, _accumulating(1, delay_s=0.2))
+    channel = _channel(600, lambda item: time.sleep(0.2) or item)
     for step in (1, 2):
         channel.put(step)
         assert channel.result(step) == step  # waits while the trainer is busy
     assert channel.close()
 
 
-def test_sft_accumulation_of_four_through_a_queue_of_one() -> None:
-    """The producer puts four micro-batches (waiting for room) and only then waits."""
-    channel = _channel(600, _accumulating(4, delay_s=0.01))
+def test_steps_through_a_queue_of_one_wait_for_room() -> None:
+    """Two steps put back to back: the second waits for room, then both results come."""
+    channel = _channel(600, lambda item: time.sleep(0.05) or item * 10)
     for step in range(1, 6):
-        for micro in range(4):
-            channel.put(4 * (step - 1) + micro)
-        assert channel.result(step) == step
+        channel.put(2 * step - 1)
+        channel.put(2 * step)
+        assert channel.result(2 * step - 1) == (2 * step - 1) * 10
+        assert channel.result(2 * step) == 2 * step * 10
     assert channel.close()
 
 
 def test_the_warmup_pass_then_steps() -> None:
-    """The warmup input returns its own result whatever the accumulation."""
+    """The warmup pass returns its own result whatever the step's size."""
 
-    def train(item: str) -> str | None:
-        return "warm" if item == "warmup" else train_steps(item)
+    def train(work: StepWork) -> str:
+        if work.warmup:
+            return "warm"
+        work.require(micro_batches=2, step=1)
+        return "stepped"
 
-    train_steps = _accumulating(2)
     channel = _channel(600, train)
-    channel.put("warmup")
+    channel.put(StepWork(["first"], warmup=True))
     assert channel.result(0) == "warm"
-    channel.put(1)
-    channel.put(2)
-    assert channel.result(1) == 1
+    channel.put(StepWork(["first", "second"]))
+    assert channel.result(1) == "stepped"
     assert channel.close()
 
 

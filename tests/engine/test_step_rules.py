@@ -15,6 +15,7 @@ from family_models import CAPACITY, build_family
 
 from art_hydra import compose, train
 from art_hydra.metrics import read_metrics
+from art_hydra.queue import StepWork
 from art_hydra.run import build_trainer_and_producer
 from art_hydra.trainer import (
     DECAY_RULE,
@@ -45,13 +46,13 @@ def test_a_skipped_float16_step_holds_the_schedule_and_says_so(
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     epoch, lr = trainer.scheduler.last_epoch, trainer.scheduler.get_last_lr()[0]
     with caplog.at_level(logging.WARNING, logger="art_hydra.trainer"):
-        skipped = trainer.train_micro(producer.make_inputs()[0])
+        skipped = trainer.train_step(StepWork(producer.make_inputs()))
     handle.remove()
     assert skipped is not None and skipped.stats["step_skipped"] == 1.0
     assert "skipped the step" in caplog.text and "step 1" in caplog.text
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
     assert trainer.scheduler.last_epoch == epoch  # the schedule held
-    taken = trainer.train_micro(producer.make_inputs()[0])
+    taken = trainer.train_step(StepWork(producer.make_inputs()))
     assert taken is not None and taken.stats["step_skipped"] == 0.0
     assert taken.learning_rate == lr  # the rate the skipped step would have used
     assert trainer.scheduler.last_epoch == epoch + 1
@@ -63,7 +64,7 @@ def test_a_float16_run_logs_step_skipped_and_others_do_not(tmp_path: Path) -> No
     assert [r["step_skipped"] for r in read_metrics(tmp_path)] == [0.0, 0.0]
     cfg, _, _ = tiny()
     trainer, producer = build_trainer_and_producer(cfg)
-    result = trainer.train_micro(producer.make_inputs()[0])
+    result = trainer.train_step(StepWork(producer.make_inputs()))
     assert result is not None and "step_skipped" not in result.stats
 
 

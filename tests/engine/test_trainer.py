@@ -11,6 +11,7 @@ from conftest_model import tiny
 from family_models import load_family, save_family
 
 from art_hydra.producer import SFTProducer
+from art_hydra.queue import DeadlockError, StepWork
 from art_hydra.trainer import Objective, Trainer
 
 #: These tests train the tiny model.
@@ -60,7 +61,7 @@ def test_warmup_pass_changes_no_weight_and_no_optimizer_moment() -> None:
         loaded, task, cfg.sft, cfg.producer, 8, 1, cfg.model.max_seq_length, cfg.seed
     )
     # One real step first, so the optimizer has moments that a warmup could disturb.
-    assert trainer.train_micro(producer.make_inputs()[0]) is not None
+    assert trainer.train_step(StepWork(producer.make_inputs())) is not None
     weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     moments = {
         k: v.clone()
@@ -68,9 +69,8 @@ def test_warmup_pass_changes_no_weight_and_no_optimizer_moment() -> None:
         for k, v in s.items()
         if torch.is_tensor(v)
     }
-    warm = producer.make_inputs()[0]
-    warm.warmup = True
-    result = trainer.train_micro(warm)
+    warm = StepWork(producer.make_inputs(), warmup=True)
+    result = trainer.train_step(warm)
     assert result is not None and result.warmup and result.loss > 0
     assert trainer.step == 1
     for name, value in trainer.model.named_parameters():
@@ -79,6 +79,22 @@ def test_warmup_pass_changes_no_weight_and_no_optimizer_moment() -> None:
         k: v for s in trainer.optimizer.state.values() for k, v in s.items() if torch.is_tensor(v)
     }
     assert all(torch.equal(after[k], moments[k]) for k in moments)
+    assert all(p.grad is None for p in trainer.model.parameters())
+
+
+def test_a_step_short_of_its_micro_batches_is_the_deadlock_and_trains_nothing() -> None:
+    """Accumulation 2 handed one micro-batch (RL's one input per step, the validators
+    bypassed): the founding deadlock, named before any forward or weight change."""
+    cfg, loaded, task = tiny(["algorithm=sft", "trainer.gradient_accumulation_steps=2"])
+    trainer = Trainer(loaded, cfg.trainer, Objective.for_sft())
+    producer = SFTProducer(
+        loaded, task, cfg.sft, cfg.producer, 8, 1, cfg.model.max_seq_length, cfg.seed
+    )
+    weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    with pytest.raises(DeadlockError, match="the trainer waits for input #2 of that step"):
+        trainer.train_step(StepWork(producer.make_inputs()))
+    assert trainer.step == 0
+    assert all(torch.equal(p, weights[n]) for n, p in trainer.model.named_parameters())
     assert all(p.grad is None for p in trainer.model.parameters())
 
 
