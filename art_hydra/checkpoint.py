@@ -27,7 +27,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors import SafetensorError
@@ -43,6 +43,9 @@ from art_hydra.run_folder import (
     latest_intact,
     write_manifest,
 )
+
+if TYPE_CHECKING:
+    from art_hydra.config.schema import CheckpointConfig
 
 #: The names of the leftovers a killed writer (.tmp) or pruner (.trash) leaves behind.
 _LEFTOVER = re.compile(rf"^\.(tmp|trash)-{re.escape(CHECKPOINT_PREFIX)}\d{{6,}}-\d+$")
@@ -132,7 +135,7 @@ class Checkpointer:
     """Writes, lists, prunes and loads the checkpoints of one run (reads ``cfg.checkpoint``
     and the bound on a write)."""
 
-    def __init__(self, run_dir: Path, checkpoint_cfg: Any, timeout_s: float) -> None:
+    def __init__(self, run_dir: Path, checkpoint_cfg: CheckpointConfig, timeout_s: float) -> None:
         self.cfg = checkpoint_cfg
         self.run_dir = Path(run_dir)
         self.root = self.run_dir / checkpoint_cfg.dir

@@ -30,13 +30,16 @@ import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from art_hydra import safe_json
 from art_hydra.config.run_files import RANKS
 from art_hydra.config.validators import torchrun_world_size
 from art_hydra.errors import RunStopped
 from art_hydra.run_folder import pid_alive, write_atomic
+
+if TYPE_CHECKING:
+    from art_hydra.config.schema import DistributedConfig
 
 
 class RankFailure(RunStopped):
@@ -94,7 +97,7 @@ def adopt_submitit_tasks() -> bool:
     return True
 
 
-def setup(dist_cfg: Any, device: Any) -> World:
+def setup(dist_cfg: DistributedConfig, device: Any) -> World:
     """Join the process group (once per process) and return this rank's world."""
     import torch
     import torch.distributed as dist

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -23,6 +23,9 @@ from art_hydra.config.eval_rules import enabled
 from art_hydra.config.schema import AlgorithmName
 from art_hydra.distributed import seed_for
 from art_hydra.tasks.examples import Example
+
+if TYPE_CHECKING:
+    from art_hydra.config.schema import RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +78,7 @@ class Evaluator:
     task's ``rewards``, as ``cfg.eval`` says."""
 
     def __init__(
-        self, cfg: Any, loaded: Any, rewards: list[Any], examples: list[Example], world: Any
+        self, cfg: RunConfig, loaded: Any, rewards: list[Any], examples: list[Example], world: Any
     ) -> None:
         from art_hydra.producer import encode_checked, stop_token_ids
         from art_hydra.rl.sampling import SamplingSettings, suppressed_ids
@@ -108,7 +111,7 @@ class Evaluator:
         self.last: dict[str, float] = {}
 
     @classmethod
-    def for_run(cls, cfg: Any, producer: Any, loaded: Any, world: Any) -> Evaluator | None:
+    def for_run(cls, cfg: RunConfig, producer: Any, loaded: Any, world: Any) -> Evaluator | None:
         """The run's evaluator (None with evaluation off): its data and rewards come
         from the producer's task as :func:`art_hydra.run.build_trainer_and_producer`
         split it."""

@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from art_hydra import safe_json
 from art_hydra.config.run_files import COMPLETIONS, EVAL_COMPLETIONS, METRICS
@@ -26,6 +26,9 @@ from art_hydra.run_folder import (
     read_record,
     write_atomic,
 )
+
+if TYPE_CHECKING:
+    from art_hydra.config.schema import LoggingConfig
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +110,7 @@ class MetricsLog:
     def __init__(
         self,
         run_dir: Path,
-        logging_cfg: Any,
+        logging_cfg: LoggingConfig,
         max_steps: int,
         resume_step: int | None = None,
         algorithm: Any = None,

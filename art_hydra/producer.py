@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -25,6 +25,9 @@ from art_hydra.rl.sampling import SamplingSettings, sample
 from art_hydra.tasks import Example, Task, TaskDataError
 from art_hydra.tasks.scoring import Scores, score_rewards
 from art_hydra.trainer import eval_mode, packed_logprobs
+
+if TYPE_CHECKING:
+    from art_hydra.config.schema import ProducerConfig, RunConfig, SFTConfig
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +243,7 @@ class RLProducer:
         self,
         loaded: Any,
         task: Task,
-        cfg: Any,
+        cfg: RunConfig,
         sampling: SamplingSettings,
         world: World | None = None,
     ) -> None:
@@ -544,8 +547,8 @@ class SFTProducer:
         self,
         loaded: Any,
         task: Task,
-        sft_cfg: Any,
-        producer_cfg: Any,
+        sft_cfg: SFTConfig,
+        producer_cfg: ProducerConfig,
         batch_size: int,
         accumulation: int,
         capacity: int,

@@ -17,7 +17,10 @@ import contextlib
 import logging
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from art_hydra.config.schema import LoggingConfig
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +91,7 @@ class PlainProgress:
     ``print_lines`` (no bar shows), always written to the log files."""
 
     def __init__(
-        self, logging_cfg: Any, max_steps: int, start_step: int, print_lines: bool
+        self, logging_cfg: LoggingConfig, max_steps: int, start_step: int, print_lines: bool
     ) -> None:
         self.every_steps = int(logging_cfg.progress_every_steps)
         self.every_s = float(logging_cfg.progress_every_s)

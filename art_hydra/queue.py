@@ -44,10 +44,13 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from art_hydra import workers
 from art_hydra.errors import DeadlockError, StallError
+
+if TYPE_CHECKING:
+    from art_hydra.config.schema import QueueConfig
 
 #: The longest a waiting producer sleeps between checks that the trainer thread is
 #: alive (seconds); every state change wakes it sooner.
@@ -125,7 +128,7 @@ class StepChannel:
     module docstring. ``train_fn`` returns the step's result."""
 
     def __init__(
-        self, queue_cfg: Any, train_fn: Callable[[Any], Any], step_timeout_s: float
+        self, queue_cfg: QueueConfig, train_fn: Callable[[Any], Any], step_timeout_s: float
     ) -> None:
         self._cfg = queue_cfg
         self._step_timeout = step_timeout_s

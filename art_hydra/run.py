@@ -25,8 +25,9 @@ from art_hydra.config import run_files
 from art_hydra.config.composition import validate
 from art_hydra.config.objective import NOT_IN_SFT
 from art_hydra.config.problems import ConfigValidationError, errors
-from art_hydra.config.schema import AlgorithmName
+from art_hydra.config.schema import AlgorithmName, RunConfig
 from art_hydra.config.trust import outside_code_report
+from art_hydra.config.typed import typed_config
 from art_hydra.errors import Interrupted, RunStopped, WriteError
 from art_hydra.result import (
     DONE,
@@ -183,11 +184,13 @@ def _refusal_in_log(folder: Path, exc: ConfigValidationError) -> None:
 
 
 def build_trainer_and_producer(
-    cfg: DictConfig, world: Any = None, loaded: Any = None
+    cfg: DictConfig, world: Any = None, loaded: Any = None, typed: RunConfig | None = None
 ) -> tuple[Any, Any]:
     """Task, model, trainer and producer for a validated config (also used by bench/);
     ``world`` is this rank's place among several (None: a single process); ``loaded``
-    a model already loaded for ``cfg.model`` (None: load it)."""
+    a model already loaded for ``cfg.model`` (None: load it); ``typed``: ``cfg`` as
+    dataclass objects (None: made here), whose sections the trainer and producer take.
+    The task and the model's loader still read ``cfg`` itself."""
     from art_hydra.backends import load_model
     from art_hydra.producer import RLProducer, SFTProducer
     from art_hydra.rl.sampling import SamplingSettings, suppressed_ids
@@ -203,19 +206,20 @@ def build_trainer_and_producer(
     task = replace(task, examples=train)
     if loaded is None:
         loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=charset)
-    batch, capacity = cfg.trainer.per_device_train_batch_size, cfg.model.max_seq_length
-    if cfg.algorithm.name == AlgorithmName.sft:
-        trainer = Trainer(loaded, cfg.trainer, Objective.for_sft(), world)
-        accumulation = cfg.trainer.gradient_accumulation_steps
+    run = typed if typed is not None else typed_config(cfg)
+    batch, capacity = run.trainer.per_device_train_batch_size, run.model.max_seq_length
+    if run.algorithm.name == AlgorithmName.sft:
+        trainer = Trainer(loaded, run.trainer, Objective.for_sft(), world)
+        accumulation = run.trainer.gradient_accumulation_steps
         producer = SFTProducer(
-            loaded, task, cfg.sft, cfg.producer, batch, accumulation, capacity, cfg.seed, world
+            loaded, task, run.sft, run.producer, batch, accumulation, capacity, run.seed, world
         )
         producer.eval_examples, producer.eval_rewards = held, task.rewards
         return trainer, producer
     # One settings object for rollouts and training logprobs: they must never differ.
-    sampling = SamplingSettings.from_config(cfg.rl, suppressed_ids(loaded.tokenizer))
-    trainer = Trainer(loaded, cfg.trainer, Objective.for_rl(cfg.rl, sampling), world)
-    producer = RLProducer(loaded, task, cfg, sampling, world)
+    sampling = SamplingSettings.from_config(run.rl, suppressed_ids(loaded.tokenizer))
+    trainer = Trainer(loaded, run.trainer, Objective.for_rl(run.rl, sampling), world)
+    producer = RLProducer(loaded, task, run, sampling, world)
     producer.eval_examples, producer.eval_rewards = held, task.rewards
     return trainer, producer
 
@@ -258,7 +262,8 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> RunResu
     prepare(cfg.backend)  # Unsloth must come before transformers (and torch's imports)
     from art_hydra.backends.torch_backend import resolve_device
 
-    world = distributed.setup(cfg.distributed, resolve_device(cfg.backend.device))
+    typed = typed_config(cfg)  # the sections the engine's builders take, made once
+    world = distributed.setup(typed.distributed, resolve_device(cfg.backend.device))
     world.run_dir = run_dir
     lock = _lock_folder(run_dir, world)
     distributed.write_status(world, "running")
@@ -270,7 +275,7 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> RunResu
         if record is not None:
             record.start()
         with stop_on_signals() as stop:
-            summary = _train_locked(cfg, run_dir, stop, world, record)
+            summary = _train_locked(cfg, run_dir, stop, world, record, typed)
         value = _finish_record(record, DONE, None)
     except BaseException as exc:
         distributed.write_status(world, f"failed: {type(exc).__name__}: {exc}".splitlines()[0])
@@ -279,7 +284,7 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> RunResu
             _in_log_files(f"art_hydra: the run failed: {reason}", logging.ERROR)
         _finish_record(record, status, reason)
         if world.enabled and not isinstance(exc, (RunStopped, KeyboardInterrupt)):
-            raise distributed.failure(world, "training", exc, cfg.distributed.timeout_s) from exc
+            raise distributed.failure(world, "training", exc, typed.distributed.timeout_s) from exc
         raise
     finally:
         lock.release()
@@ -368,12 +373,17 @@ class _ProducerStates:
 
 
 def _train_locked(
-    cfg: DictConfig, run_dir: Path, stop: Any, world: Any, record: JobRecord | None = None
+    cfg: DictConfig,
+    run_dir: Path,
+    stop: Any,
+    world: Any,
+    record: JobRecord | None = None,
+    typed: RunConfig | None = None,
 ) -> dict[str, Any]:
     """The run in its locked folder, as a recipe: set up (resuming where asked), train,
     close the channel and the record whatever happened, then clean up (a stop's report,
     or the finished run's summary)."""
-    recipe = TrainingRecipe(cfg, run_dir, stop, world, record)
+    recipe = TrainingRecipe(cfg, run_dir, stop, world, record, typed)
     recipe.setup()
     try:
         recipe.train()
@@ -399,15 +409,25 @@ class TrainingRecipe:
     branches; ``ranks.writes_records`` names the one process that writes the folder."""
 
     def __init__(
-        self, cfg: DictConfig, run_dir: Path, stop: Any, world: Any, record: JobRecord | None
+        self,
+        cfg: DictConfig,
+        run_dir: Path,
+        stop: Any,
+        world: Any,
+        record: JobRecord | None,
+        typed: RunConfig | None = None,
     ) -> None:
         from art_hydra.ranks import coordinator_for
 
         self.cfg, self.run_dir, self.world, self.record = cfg, run_dir, world, record
+        #: ``cfg`` as dataclass objects: the builders take its sections. ``self.cfg`` stays
+        #: for what is written or compared as the DictConfig (run_config.yaml, identity, resume).
+        self.run = typed if typed is not None else typed_config(cfg)
         self.stop = stop  # the signals' stop request (interrupts.StopRequest)
-        self.sample_and_score_s = _sample_and_score_s(cfg)
+        self.sample_and_score_s = _sample_and_score_s(self.run)
+        run = self.run
         self.ranks = coordinator_for(
-            world, cfg.distributed.timeout_s, self.sample_and_score_s, cfg.timeouts.checkpoint_s
+            world, run.distributed.timeout_s, self.sample_and_score_s, run.timeouts.checkpoint_s
         )
         self.start_step = 0
         #: The step the latest checkpoint of this run holds (None: none yet).
@@ -449,13 +469,15 @@ class TrainingRecipe:
         _prepare_process(self.cfg, self.ranks.writes_records)
 
     def _setup_trainer_and_producer(self) -> None:
-        self.trainer, self.producer = build_trainer_and_producer(self.cfg, self.world)
+        self.trainer, self.producer = build_trainer_and_producer(
+            self.cfg, self.world, typed=self.run
+        )
         _log_what_trains(self.cfg, self.ranks, self.trainer, self.producer)
 
     def _setup_evaluator(self) -> None:
         from art_hydra.evaluation import Evaluator
 
-        self.evaluator = Evaluator.for_run(self.cfg, self.producer, self.trainer.loaded, self.world)
+        self.evaluator = Evaluator.for_run(self.run, self.producer, self.trainer.loaded, self.world)
         if self.evaluator is not None:
             log.info("%s", self.evaluator.describe())
 
@@ -467,7 +489,7 @@ class TrainingRecipe:
         self.producer_states = _ProducerStates(self.producer, self.world)
         self.components = {"trainer": self.trainer, "producer": self.producer_states}
         self.checkpoints = Checkpointer(
-            self.run_dir, self.cfg.checkpoint, self.cfg.timeouts.checkpoint_s
+            self.run_dir, self.run.checkpoint, self.run.timeouts.checkpoint_s
         )
 
     def _setup_records(self, resuming: bool) -> None:
@@ -494,13 +516,15 @@ class TrainingRecipe:
 
     def _setup_metrics(self, resuming: bool) -> None:
         resume_step = self.start_step if resuming else None
-        self.metrics = _metrics_log(self.cfg, self.run_dir, self.ranks.writes_records, resume_step)
+        self.metrics = _metrics_log(
+            self.cfg, self.run, self.run_dir, self.ranks.writes_records, resume_step
+        )
 
     def _setup_channel(self) -> None:
         from art_hydra.queue import StepChannel
 
-        cfg, trainer = self.cfg, self.trainer
-        self.channel = StepChannel(cfg.queue, trainer.train_step, cfg.timeouts.step_s)
+        run, trainer = self.run, self.trainer
+        self.channel = StepChannel(run.queue, trainer.train_step, run.timeouts.step_s)
 
     def _setup_rollouts_ahead(self) -> None:
         """With rl.overlap_rollouts, the sampler makes the next step's rollouts while a
@@ -771,24 +795,26 @@ def _log_what_trains(cfg: DictConfig, ranks: Any, trainer: Any, producer: Any) -
         log.info("%s", parameter_line(cfg, trainer.model))
 
 
-def _metrics_log(cfg: DictConfig, run_dir: Path, writes: bool, resume_step: int | None) -> Any:
+def _metrics_log(
+    cfg: DictConfig, run: RunConfig, run_dir: Path, writes: bool, resume_step: int | None
+) -> Any:
     """Rank 0 alone (``writes``) writes the run's record; the others measure and report
-    to it."""
+    to it. The trackers get ``cfg`` itself (their config is the resolved DictConfig)."""
     from art_hydra.metrics import MetricsLog
 
     if not writes:
         return NoRecord()
     return MetricsLog(
         run_dir,
-        cfg.logging,
-        cfg.trainer.max_steps,
+        run.logging,
+        run.trainer.max_steps,
         resume_step=resume_step,
-        algorithm=cfg.algorithm.name,
+        algorithm=run.algorithm.name,
         config=cfg,
     )
 
 
-def _sample_and_score_s(cfg: DictConfig) -> float:
+def _sample_and_score_s(cfg: RunConfig) -> float:
     """The bound on making a step's inputs: sampling and scoring are each bounded
     inside (``timeouts.rollout_s``, ``timeouts.reward_s``); this bounds the whole."""
     return cfg.timeouts.rollout_s + cfg.timeouts.reward_s

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,6 +31,9 @@ from art_hydra.rl.losses import (
     truncated_importance_weight,
 )
 from art_hydra.rl.sampling import SamplingSettings
+
+if TYPE_CHECKING:
+    from art_hydra.config.schema import RLConfig, TrainerConfig
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +78,7 @@ class Objective:
         self.rl = rl
 
     @classmethod
-    def for_rl(cls, rl_cfg: Any, sampling: SamplingSettings) -> Objective:
+    def for_rl(cls, rl_cfg: RLConfig, sampling: SamplingSettings) -> Objective:
         """RL objective; ``sampling`` must be the producer's, so logprobs match rollouts."""
         return cls(sampling, PolicyLossSettings.from_config(rl_cfg))
 
@@ -179,7 +182,9 @@ def scheduler_name(kind: str, warmup_steps: int) -> str:
     return kind
 
 
-def build_optimizer(model: Any, trainer_cfg: Any, rule: str = DECAY_RULE) -> tuple[Any, Any]:
+def build_optimizer(
+    model: Any, trainer_cfg: TrainerConfig, rule: str = DECAY_RULE
+) -> tuple[Any, Any]:
     """AdamW over the trainable parameters, and the learning-rate schedule.
 
     With ``weight_decay > 0`` the parameters of :func:`no_decay_parameters` (under
@@ -279,7 +284,11 @@ class Trainer:
     """Owns the optimizer; :meth:`train_step` is what the queue's thread runs."""
 
     def __init__(
-        self, loaded: LoadedModel, trainer_cfg: Any, objective: Objective, world: Any = None
+        self,
+        loaded: LoadedModel,
+        trainer_cfg: TrainerConfig,
+        objective: Objective,
+        world: Any = None,
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model

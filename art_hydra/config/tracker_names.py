@@ -7,7 +7,10 @@ code that does, and registers one class per name listed here).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from art_hydra.config.schema import LoggingConfig
 
 #: ``logging.report_to``'s word for "no tracker" (TensorBoard included).
 NONE = "none"
@@ -30,7 +33,7 @@ def install_hint(name: str) -> str:
     return f'pip install "art-hydra[{extra}]"' if extra else "pip install tensorboard"
 
 
-def chosen_trackers(logging_cfg: Any) -> list[str]:
+def chosen_trackers(logging_cfg: LoggingConfig) -> list[str]:
     """The trackers a run reports to: ``logging.report_to`` in its order, without
     ``none`` and duplicates, with ``logging.tensorboard`` true adding TensorBoard and
     false dropping it (its meaning before report_to existed; null follows report_to)."""
@@ -47,6 +50,6 @@ def chosen_trackers(logging_cfg: Any) -> list[str]:
     return names
 
 
-def project_name(logging_cfg: Any, task_name: str) -> str:
+def project_name(logging_cfg: LoggingConfig, task_name: str) -> str:
     """``logging.project``, else ``art-hydra-<task>``."""
     return str(logging_cfg.project) if logging_cfg.project else f"art-hydra-{task_name}"

@@ -21,11 +21,14 @@ import functools
 import inspect
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from art_hydra.errors import InvalidDistributionError, RunStopped, StallError
+
+if TYPE_CHECKING:
+    from art_hydra.config.schema import RLConfig
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class SamplingSettings:
     suppress_ids: tuple[int, ...] = ()
 
     @classmethod
-    def from_config(cls, rl_cfg: Any, suppress_ids: tuple[int, ...] = ()) -> SamplingSettings:
+    def from_config(cls, rl_cfg: RLConfig, suppress_ids: tuple[int, ...] = ()) -> SamplingSettings:
         return cls(rl_cfg.temperature, rl_cfg.top_k, rl_cfg.top_p, tuple(suppress_ids))
 
     @property

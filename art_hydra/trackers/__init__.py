@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from art_hydra.config import run_files
 from art_hydra.config.tracker_names import TENSORBOARD, chosen_trackers, project_name
@@ -20,6 +20,9 @@ from art_hydra.trackers import (  # noqa: F401  (each registers its tracker)
     wandb_tracker,
 )
 from art_hydra.trackers.base import TRACKERS, Tracker, numeric
+
+if TYPE_CHECKING:
+    from art_hydra.config.schema import LoggingConfig
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +76,7 @@ class Trackers:
 
 def open_trackers(
     run_dir: Path,
-    logging_cfg: Any,
+    logging_cfg: LoggingConfig,
     config: dict[str, Any] | None,
     resume_step: int | None,
 ) -> Trackers:
