@@ -204,9 +204,9 @@ def build_trainer_and_producer(
     train, held = eval_examples(cfg, task.examples)
     charset = task.charset() if not held else replace(task, examples=task.examples + held).charset()
     task = replace(task, examples=train)
-    if loaded is None:
-        loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=charset)
     run = typed if typed is not None else typed_config(cfg)
+    if loaded is None:
+        loaded = load_model(run.model, run.backend, run.seed, charset=charset)
     batch, capacity = run.trainer.per_device_train_batch_size, run.model.max_seq_length
     if run.algorithm.name == AlgorithmName.sft:
         trainer = Trainer(loaded, run.trainer, Objective.for_sft(), world)
@@ -259,11 +259,11 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> RunResu
     from art_hydra.interrupts import stop_on_signals
     from art_hydra.run_folder import adopt_hydra_record, discard_hydra_record
 
-    prepare(cfg.backend)  # Unsloth must come before transformers (and torch's imports)
+    typed = typed_config(cfg)  # the sections the engine's builders take, made once
+    prepare(typed.backend)  # Unsloth must come before transformers (and torch's imports)
     from art_hydra.backends.torch_backend import resolve_device
 
-    typed = typed_config(cfg)  # the sections the engine's builders take, made once
-    world = distributed.setup(typed.distributed, resolve_device(cfg.backend.device))
+    world = distributed.setup(typed.distributed, resolve_device(typed.backend.device))
     world.run_dir = run_dir
     lock = _lock_folder(run_dir, world)
     distributed.write_status(world, "running")

@@ -10,12 +10,15 @@ imported only when selected, and nothing outside ``unsloth_backend`` imports uns
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from art_hydra.config.backends import Backend, get_backend
 
+if TYPE_CHECKING:
+    from art_hydra.config.schema import BackendConfig, ModelConfig
 
-def selected(backend_cfg: Any) -> Backend:
+
+def selected(backend_cfg: BackendConfig) -> Backend:
     """The registered backend ``backend.name`` names (validation has checked the name)."""
     backend = get_backend(backend_cfg.name)
     if backend is None:
@@ -28,7 +31,7 @@ def selected(backend_cfg: Any) -> Backend:
     return backend
 
 
-def prepare(backend_cfg: Any) -> None:
+def prepare(backend_cfg: BackendConfig) -> None:
     """Import what the backend must import first (Unsloth patches transformers, and its
     patches apply only when it comes before transformers in the process)."""
     module = selected(backend_cfg).prepare
@@ -36,7 +39,9 @@ def prepare(backend_cfg: Any) -> None:
         importlib.import_module(module)
 
 
-def load_model(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None) -> Any:
+def load_model(
+    model_cfg: ModelConfig, backend_cfg: BackendConfig, seed: int, charset: str | None = None
+) -> Any:
     """The :class:`~art_hydra.backends.torch_backend.LoadedModel` for ``cfg.model``.
 
     ``charset`` is the tiny model's vocabulary (the task's characters); pretrained

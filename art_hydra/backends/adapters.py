@@ -19,9 +19,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from art_hydra.config.problems import ConfigValidationError, Kind, Problem, fix
+
+if TYPE_CHECKING:
+    from art_hydra.config.schema import LoraConfig
 
 #: The adapter's name inside peft (its default).
 ADAPTER = "default"
@@ -61,7 +64,7 @@ def _wrappable() -> tuple[type, ...]:
     return tuple(kinds)
 
 
-def unmatched_names(model: Any, lora_cfg: Any) -> list[Problem]:
+def unmatched_names(model: Any, lora_cfg: LoraConfig) -> list[Problem]:
     """What peft would refuse with a traceback, or do silently, as a report (run moment,
     before peft is called): target and trained module names that match no module of
     ``model``; targets that match only modules LoRA cannot wrap (a block such as ``mlp``
@@ -72,7 +75,7 @@ def unmatched_names(model: Any, lora_cfg: Any) -> list[Problem]:
     linear = _layer_names(model)
     problems = _unwrappable(model, lora_cfg, linear) + _both_ways(model, lora_cfg)
     for key in ("target_modules", "modules_to_save"):
-        wanted = list(lora_cfg[key])
+        wanted = list(getattr(lora_cfg, key))
         missing = [t for t in wanted if not any(_matches(n, t) for n in names)]
         if missing:
             kept = [t for t in wanted if t not in missing]
@@ -113,7 +116,7 @@ def _layer_names(model: Any) -> list[str]:
     )
 
 
-def _unwrappable(model: Any, lora_cfg: Any, linear: list[str]) -> list[Problem]:
+def _unwrappable(model: Any, lora_cfg: LoraConfig, linear: list[str]) -> list[Problem]:
     """``target_modules`` entries whose matches LoRA cannot wrap (peft raises on the first
     such module), with the wrappable layers inside them as the fix."""
     kinds = _wrappable()
@@ -150,7 +153,7 @@ def _unwrappable(model: Any, lora_cfg: Any, linear: list[str]) -> list[Problem]:
     ]
 
 
-def _both_ways(model: Any, lora_cfg: Any) -> list[Problem]:
+def _both_ways(model: Any, lora_cfg: LoraConfig) -> list[Problem]:
     """Modules matched by both ``target_modules`` and ``modules_to_save``."""
     targets = [str(t) for t in lora_cfg.target_modules]
     saved = [str(t) for t in lora_cfg.modules_to_save]
@@ -177,7 +180,7 @@ def _both_ways(model: Any, lora_cfg: Any) -> list[Problem]:
     ]
 
 
-def peft_lora_settings(lora_cfg: Any) -> dict[str, Any]:
+def peft_lora_settings(lora_cfg: LoraConfig) -> dict[str, Any]:
     """``model.lora`` in peft's words (``LoraConfig``'s and Unsloth's ``get_peft_model``'s
     keyword arguments), written once so that both backends build the same adapters."""
     return {
@@ -189,7 +192,7 @@ def peft_lora_settings(lora_cfg: Any) -> dict[str, Any]:
     }
 
 
-def add_lora(model: Any, lora_cfg: Any, seed: int) -> Any:
+def add_lora(model: Any, lora_cfg: LoraConfig, seed: int) -> Any:
     """``model`` with LoRA adapters (deterministic per seed), as peft's ``LoraModel``."""
     import torch
     from peft import LoraConfig, LoraModel

@@ -8,7 +8,10 @@ loads like any Hugging Face tokenizer.
 from __future__ import annotations
 
 import string
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from art_hydra.config.schema import ModelConfig
 
 #: Special tokens, in id order.
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
@@ -44,7 +47,7 @@ def build_tokenizer(charset: str | None = None) -> Any:
     )
 
 
-def build_model(model_cfg: Any, tokenizer: Any, seed: int) -> Any:
+def build_model(model_cfg: ModelConfig, tokenizer: Any, seed: int) -> Any:
     """A randomly initialised Llama of the shape in ``model.tiny``, same weights per seed."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM

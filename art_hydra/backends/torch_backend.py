@@ -6,13 +6,16 @@ import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.errors import CompactHydraException
 
 from art_hydra.backends.layout import row_layout
 from art_hydra.config.schema import Device, DType, FinetuneMethod, ModelSource
 from art_hydra.packing import Layout
+
+if TYPE_CHECKING:
+    from art_hydra.config.schema import BackendConfig, ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -111,11 +114,11 @@ def torch_dtype(dtype: DType) -> Any:
     }[dtype]
 
 
-def _full(model_cfg: Any) -> bool:
+def _full(model_cfg: ModelConfig) -> bool:
     return model_cfg.finetune == FinetuneMethod.full
 
 
-def load_dtype(model_cfg: Any) -> Any:
+def load_dtype(model_cfg: ModelConfig) -> Any:
     """The dtype the torch backend loads weights in: float32 where they train on float32
     masters (float16 always, bfloat16 in full fine-tuning unless
     ``model.master_weights=false``), loaded straight in float32 rather than cast after;
@@ -138,7 +141,7 @@ class HalfWeightsError(CompactHydraException, ValueError):
     """float16 weights were asked to train without float32 masters."""
 
 
-def settle_precision(model: Any, model_cfg: Any) -> tuple[Any, bool]:
+def settle_precision(model: Any, model_cfg: ModelConfig) -> tuple[Any, bool]:
     """Put the loaded ``model``'s weights in the dtype they train in, and return the
     autocast dtype every forward uses and whether pure half weights train.
 
@@ -221,7 +224,7 @@ def warn_if_updates_round_away(model: Any, learning_rate: float) -> float:
     return share
 
 
-def load_base(model_cfg: Any, seed: int, charset: str | None = None) -> tuple[Any, Any]:
+def load_base(model_cfg: ModelConfig, seed: int, charset: str | None = None) -> tuple[Any, Any]:
     """The base model and tokenizer, before any adapter."""
     if model_cfg.source == ModelSource.tiny:
         from art_hydra.backends.tiny import build_model, build_tokenizer
@@ -310,7 +313,9 @@ def settle_special_tokens(tokenizer: Any, model: Any, name: str) -> None:
         log.info("tokenizer has no pad token: padding with EOS %r", tokenizer.eos_token)
 
 
-def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None) -> LoadedModel:
+def load(
+    model_cfg: ModelConfig, backend_cfg: BackendConfig, seed: int, charset: str | None = None
+) -> LoadedModel:
     """Load ``cfg.model`` with transformers (+ peft) on ``cfg.backend.device``."""
     device = resolve_device(backend_cfg.device)
     model, tokenizer = load_base(model_cfg, seed, charset)

@@ -9,7 +9,7 @@ API), which the CI stage uses to run this backend for real.
 from __future__ import annotations
 
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from art_hydra.backends.adapters import peft_lora_settings, unmatched_names
 from art_hydra.backends.layout import unpacked_layout
@@ -17,8 +17,13 @@ from art_hydra.backends.torch_backend import LoadedModel, resolve_device, torch_
 from art_hydra.config.problems import ConfigValidationError
 from art_hydra.config.schema import DType, FinetuneMethod, ModelSource
 
+if TYPE_CHECKING:
+    from art_hydra.config.schema import BackendConfig, ModelConfig
 
-def load(model_cfg: Any, backend_cfg: Any, seed: int, charset: str | None = None) -> LoadedModel:
+
+def load(
+    model_cfg: ModelConfig, backend_cfg: BackendConfig, seed: int, charset: str | None = None
+) -> LoadedModel:
     """Load ``cfg.model`` through ``FastLanguageModel`` (the tiny model via a temp folder)."""
     import unsloth  # noqa: F401  (must precede transformers)
     from unsloth import FastLanguageModel
