@@ -234,7 +234,7 @@ def parameter_counts(model: Any) -> tuple[int, int]:
     return trainable, total
 
 
-def parameter_line(cfg: DictConfig, model: Any) -> str:
+def parameter_line(cfg: RunConfig, model: Any) -> str:
     """The start-up line that says what trains: a LoRA run that trains a whole head, or
     a full run of a model much larger than meant, shows here before the first step."""
     trainable, total = parameter_counts(model)
@@ -466,13 +466,13 @@ class TrainingRecipe:
         self._setup_rollouts_ahead()
 
     def _setup_process(self) -> None:
-        _prepare_process(self.cfg, self.ranks.writes_records)
+        _prepare_process(self.run, self.ranks.writes_records)
 
     def _setup_trainer_and_producer(self) -> None:
         self.trainer, self.producer = build_trainer_and_producer(
             self.cfg, self.world, typed=self.run
         )
-        _log_what_trains(self.cfg, self.ranks, self.trainer, self.producer)
+        _log_what_trains(self.run, self.ranks, self.trainer, self.producer)
 
     def _setup_evaluator(self) -> None:
         from art_hydra.evaluation import Evaluator
@@ -529,7 +529,7 @@ class TrainingRecipe:
     def _setup_rollouts_ahead(self) -> None:
         """With rl.overlap_rollouts, the sampler makes the next step's rollouts while a
         step trains."""
-        if self.cfg.algorithm.name != AlgorithmName.rl or not self.cfg.rl.overlap_rollouts:
+        if self.run.algorithm.name != AlgorithmName.rl or not self.run.rl.overlap_rollouts:
             return
         import torch
 
@@ -573,7 +573,7 @@ class TrainingRecipe:
     def train(self) -> None:
         """The optional warmup pass, then one optimizer step a turn up to
         ``trainer.max_steps``; a stop ends the loop after a checkpoint of its step."""
-        cfg, ranks, stop = self.cfg, self.ranks, self.stop
+        cfg, ranks, stop = self.run, self.ranks, self.stop
         if cfg.trainer.warmup_pass and self.start_step == 0:
             self._warmup()
         for step in range(self.start_step + 1, cfg.trainer.max_steps + 1):
@@ -680,7 +680,7 @@ class TrainingRecipe:
         self.channel.close()
         raising = sys.exc_info()[0] is not None
         # A stop that came after the last step stopped nothing: the run is finished.
-        self.complete = self.trainer.step >= self.cfg.trainer.max_steps and not raising
+        self.complete = self.trainer.step >= self.run.trainer.max_steps and not raising
         stopped = self.stop.requested and not (self.complete and self.failure is None)
         _log_hparams(self.metrics, self.record, stopped)
         failing = raising or self.failure is not None
@@ -700,7 +700,7 @@ class TrainingRecipe:
                 "%s came after the last step (%d of %d): the run is finished",
                 stop.name,
                 trainer.step,
-                self.cfg.trainer.max_steps,
+                self.run.trainer.max_steps,
             )
         elif self.ranks.stopping(stop) or self.failure is not None:
             if self.saved_step is None and self.records.forget():
@@ -718,7 +718,7 @@ class TrainingRecipe:
         result and the commands to try the model."""
         from art_hydra.metrics import plot_curve
 
-        cfg, run_dir, last, writes = self.cfg, self.run_dir, self.last, self.ranks.writes_records
+        cfg, run_dir, last, writes = self.run, self.run_dir, self.last, self.ranks.writes_records
         is_rl = cfg.algorithm.name == AlgorithmName.rl
         plot = (
             plot_curve(
@@ -755,7 +755,7 @@ class TrainingRecipe:
         print(try_commands(self.run_dir, self.producer.stream.examples))
 
 
-def _prepare_process(cfg: DictConfig, main: bool) -> None:
+def _prepare_process(cfg: RunConfig, main: bool) -> None:
     """Process-wide settings before the model loads: quiet library logs, torch's thread
     count (and a warning for a busy CPU, on the ``main`` process), every generator seeded."""
     import random
@@ -779,7 +779,7 @@ def _prepare_process(cfg: DictConfig, main: bool) -> None:
     torch.manual_seed(cfg.seed)
 
 
-def _log_what_trains(cfg: DictConfig, ranks: Any, trainer: Any, producer: Any) -> None:
+def _log_what_trains(cfg: RunConfig, ranks: Any, trainer: Any, producer: Any) -> None:
     """What trains, where, on what, how: in plain words (rank 0); the other ranks log
     their parameter line."""
     import torch

@@ -10,7 +10,10 @@ training rows are laid out and why. A few lines, logged (the console and
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from art_hydra.config.schema import RunConfig
 
 log = logging.getLogger("art_hydra")
 
@@ -31,7 +34,7 @@ def model_line(parameters: str, model: Any) -> str:
     return f"{parameters}; family {family}"
 
 
-def device_line(cfg: Any, loaded: Any, threads: int | None) -> str:
+def device_line(cfg: RunConfig, loaded: Any, threads: int | None) -> str:
     """Where it computes and in which precision (the weights' dtype, and the autocast
     dtype when the forward computes in a half dtype over them)."""
     weights = next((p.dtype for p in loaded.model.parameters()), None)
@@ -53,7 +56,7 @@ def data_line(task: Any) -> str:
     return f"data: task {task.name}, {len(examples):,} examples, {prompts:,} distinct prompts"
 
 
-def batch_line(cfg: Any, ranks: int) -> str:
+def batch_line(cfg: RunConfig, ranks: int) -> str:
     """What one optimizer step takes, and how many steps the run has."""
     per_device = int(cfg.trainer.per_device_train_batch_size)
     steps = int(cfg.trainer.max_steps)
@@ -86,7 +89,7 @@ def layout_line(loaded: Any) -> str:
 
 
 def summary_lines(
-    cfg: Any,
+    cfg: RunConfig,
     loaded: Any,
     task: Any,
     parameters: str,
@@ -105,7 +108,7 @@ def summary_lines(
 
 
 def log_start_summary(
-    cfg: Any,
+    cfg: RunConfig,
     loaded: Any,
     task: Any,
     parameters: str,
