@@ -26,11 +26,11 @@ standard library.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any
+
+from art_hydra.config.plugin_registry import PluginRegistry
 
 #: Entry-point group through which other packages contribute advantage estimators.
 ENTRY_POINT_GROUP = "art_hydra.advantage_estimators"
@@ -49,10 +49,8 @@ class AdvantageEstimator:
     module: str
 
 
-_estimators: dict[str, AdvantageEstimator] = {}
-_loaded = False
-#: (where, the error) of estimator modules that failed to import.
-_load_errors: list[tuple[str, str]] = []
+_REGISTRY: PluginRegistry[AdvantageEstimator] = PluginRegistry(ENTRY_POINT_GROUP, BUILTIN_MODULES)
+_estimators = _REGISTRY.registered
 
 
 def register_advantage_estimator(
@@ -76,37 +74,21 @@ def register_advantage_estimator(
     return register
 
 
-def _load() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            ep.load()
-        except Exception as exc:  # reported by validation, not a traceback
-            _load_errors.append((f"{ENTRY_POINT_GROUP}:{ep.name}={ep.value}", repr(exc)))
-
-
 def advantage_estimators() -> dict[str, AdvantageEstimator]:
     """Every registered estimator by name (built-ins first, then plugins, in load order)."""
-    _load()
-    return dict(_estimators)
+    return _REGISTRY.entries()
 
 
 def advantage_estimator_names() -> tuple[str, ...]:
     """The names ``rl.advantage_estimator`` accepts."""
-    return tuple(advantage_estimators())
+    return _REGISTRY.names()
 
 
 def advantage_estimator_load_errors() -> list[tuple[str, str]]:
     """Estimator plugins that failed to import: ``(entry point, error)``."""
-    _load()
-    return list(_load_errors)
+    return _REGISTRY.load_errors()
 
 
 def get_advantage_estimator(name: Any) -> AdvantageEstimator | None:
     """The estimator registered as ``name``, or None."""
-    return advantage_estimators().get(str(getattr(name, "name", name)))
+    return _REGISTRY.get(name)

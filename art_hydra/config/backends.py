@@ -31,13 +31,13 @@ standard library, and a declaration imports neither torch nor the backend's libr
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any
+
+from art_hydra.config.plugin_registry import PluginRegistry
 
 #: Entry-point group through which other packages contribute backends.
 ENTRY_POINT_GROUP = "art_hydra.backends"
@@ -118,10 +118,8 @@ class Backend:
         return getattr(importlib.import_module(module), function)
 
 
-_backends: dict[str, Backend] = {}
-_loaded = False
-#: (where, the error) of backend modules that failed to import; validation reports them.
-_load_errors: list[tuple[str, str]] = []
+_REGISTRY: PluginRegistry[Backend] = PluginRegistry(ENTRY_POINT_GROUP, BUILTIN_MODULES)
+_backends = _REGISTRY.registered
 
 
 def register_backend(
@@ -200,45 +198,26 @@ def _caller_module() -> str:
     return str(frame.f_globals.get("__name__", ""))
 
 
-def _load() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            ep.load()
-        except Exception as exc:  # reported by validation, not a traceback
-            _load_errors.append((f"{ENTRY_POINT_GROUP}:{ep.name}={ep.value}", repr(exc)))
-
-
 def backends() -> dict[str, Backend]:
     """Every registered backend by name (built-ins first, then plugins, in load order)."""
-    _load()
-    return dict(_backends)
+    return _REGISTRY.entries()
 
 
 def backend_names() -> tuple[str, ...]:
     """The names ``backend.name`` accepts."""
-    return tuple(backends())
+    return _REGISTRY.names()
 
 
 def backend_load_errors() -> list[tuple[str, str]]:
     """Backend plugins that failed to import: ``(entry point, error)``."""
-    _load()
-    return list(_load_errors)
+    return _REGISTRY.load_errors()
 
 
 def get_backend(name: Any) -> Backend | None:
     """The backend registered as ``name`` (a string, or an Enum by its name), or None."""
-    return backends().get(str(getattr(name, "name", name)))
+    return _REGISTRY.get(name)
 
 
 def nearest_backend(name: str) -> str | None:
     """The registered name closest to ``name`` (same letters in another case first)."""
-    names = backend_names()
-    folded = [n for n in names if n.lower() == name.lower()]
-    close = folded or difflib.get_close_matches(name, names, n=1, cutoff=0.5)
-    return close[0] if close else None
+    return _REGISTRY.nearest(name)

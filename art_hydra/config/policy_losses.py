@@ -26,12 +26,11 @@ standard library.
 
 from __future__ import annotations
 
-import difflib
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any
+
+from art_hydra.config.plugin_registry import PluginRegistry
 
 #: Entry-point group through which other packages contribute policy losses.
 ENTRY_POINT_GROUP = "art_hydra.policy_losses"
@@ -68,10 +67,8 @@ class PolicyLoss:
     module: str
 
 
-_losses: dict[str, PolicyLoss] = {}
-_loaded = False
-#: (where, the error) of loss modules that failed to import; validation reports them.
-_load_errors: list[tuple[str, str]] = []
+_REGISTRY: PluginRegistry[PolicyLoss] = PluginRegistry(ENTRY_POINT_GROUP, BUILTIN_MODULES)
+_losses = _REGISTRY.registered
 
 
 def register_policy_loss(
@@ -113,45 +110,26 @@ def register_policy_loss(
     return register
 
 
-def _load() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            ep.load()
-        except Exception as exc:  # reported by validation, not a traceback
-            _load_errors.append((f"{ENTRY_POINT_GROUP}:{ep.name}={ep.value}", repr(exc)))
-
-
 def policy_losses() -> dict[str, PolicyLoss]:
     """Every registered loss by name (built-ins first, then plugins, in load order)."""
-    _load()
-    return dict(_losses)
+    return _REGISTRY.entries()
 
 
 def policy_loss_names() -> tuple[str, ...]:
     """The names ``rl.loss_type`` accepts."""
-    return tuple(policy_losses())
+    return _REGISTRY.names()
 
 
 def policy_loss_load_errors() -> list[tuple[str, str]]:
     """Loss plugins that failed to import: ``(entry point, error)``."""
-    _load()
-    return list(_load_errors)
+    return _REGISTRY.load_errors()
 
 
 def get_policy_loss(name: Any) -> PolicyLoss | None:
     """The loss registered as ``name`` (a string, or an Enum by its name), or None."""
-    return policy_losses().get(str(getattr(name, "name", name)))
+    return _REGISTRY.get(name)
 
 
 def nearest_policy_loss(name: str) -> str | None:
     """The registered name closest to ``name`` (same letters in another case first)."""
-    names = policy_loss_names()
-    folded = [n for n in names if n.lower() == name.lower()]
-    close = folded or difflib.get_close_matches(name, names, n=1, cutoff=0.5)
-    return close[0] if close else None
+    return _REGISTRY.nearest(name)
