@@ -5,14 +5,12 @@ and the advantages its run records are that function's; the default stays GRPO's
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 from conftest import output_of, report_entries
+from plugin_packages import run_launcher
 
 from art_hydra.config.advantage_estimators import advantage_estimators
 from art_hydra.config.fields import default
@@ -32,28 +30,10 @@ def leave_one_out(group, scale, eps):
     return [r - (sum(group) - r) / (n - 1) for r in group]
 '''
 
-LAUNCHER = """
-import acme_advantages  # registers acme_leave_one_out
-from art_hydra.cli import main
-
-if __name__ == "__main__":
-    main()
-"""
-
 
 def _launch(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    (tmp_path / "acme_advantages.py").write_text(textwrap.dedent(USER_ESTIMATOR))
-    (tmp_path / "train.py").write_text(textwrap.dedent(LAUNCHER))
-    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "WORLD_SIZE")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path), env.get("PYTHONPATH", "")) if p)
-    return subprocess.run(
-        [sys.executable, "train.py", *overrides],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    """The user's launcher: import the module that registers, then art_hydra's own CLI."""
+    return run_launcher(tmp_path, "acme_advantages", USER_ESTIMATOR, *overrides)
 
 
 @pytest.mark.slow

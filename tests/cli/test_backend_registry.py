@@ -7,15 +7,13 @@ choices are."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 from conftest import output_of, report_entries
 from omegaconf import OmegaConf
+from plugin_packages import install_package, run_launcher, with_site
 
 from art_hydra.config.backends import backends, get_backend
 from art_hydra.config.json_schema import build as build_schema
@@ -68,29 +66,10 @@ def broken_check(cfg, devices_here):
 register_backend("acme_broken", load=load, checks=(broken_check,))
 '''
 
-#: The user's launcher: import the module that registers, then art_hydra's own CLI.
-LAUNCHER = """
-import acme_backend  # registers acme_torch
-from art_hydra.cli import main
-
-if __name__ == "__main__":
-    main()
-"""
-
 
 def _launch(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    (tmp_path / "acme_backend.py").write_text(textwrap.dedent(USER_BACKEND))
-    (tmp_path / "train.py").write_text(textwrap.dedent(LAUNCHER))
-    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "WORLD_SIZE")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path), env.get("PYTHONPATH", "")) if p)
-    return subprocess.run(
-        [sys.executable, "train.py", *overrides],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    """The user's launcher: import the module that registers, then art_hydra's own CLI."""
+    return run_launcher(tmp_path, "acme_backend", USER_BACKEND, *overrides)
 
 
 @pytest.mark.slow
@@ -202,36 +181,18 @@ def test_an_old_run_config_with_an_enum_value_still_loads() -> None:
     assert saved.backend.name == "unsloth"
 
 
-PYPROJECT = """
-[build-system]
-requires = ["setuptools>=68"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "acme-backend"
-version = "0.1"
-
-[project.entry-points."art_hydra.backends"]
-acme = "acme_backend"
-"""
-
-
 def test_an_installed_package_registers_its_backend_through_an_entry_point(
     cli, tmp_path: Path
 ) -> None:
-    src = tmp_path / "acme_src"
-    src.mkdir()
-    (src / "acme_backend.py").write_text(textwrap.dedent(USER_BACKEND))
-    (src / "pyproject.toml").write_text(PYPROJECT)
-    site = tmp_path / "site"
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
-    subprocess.run(
-        [*pip, "--no-build-isolation", "--target", str(site), str(src)],
-        check=True,
-        capture_output=True,
+    site = install_package(
+        tmp_path,
+        "acme_backend",
+        USER_BACKEND,
+        "art_hydra.backends",
+        'acme = "acme_backend"',
+        name="acme-backend",
     )
-    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
-    proc = cli("backend.name=acme_torch", "dry_run=true", env={"PYTHONPATH": path})
+    proc = cli("backend.name=acme_torch", "dry_run=true", env=with_site(site))
     assert proc.returncode == 0, output_of(proc)
     # Without the package the name is unknown.
     assert cli("backend.name=acme_torch", "dry_run=true").returncode == 1

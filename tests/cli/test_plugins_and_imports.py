@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 from conftest import output_of
+from plugin_packages import install_package
 
 PLUGIN = '''
 from art_hydra import Problem, validator
@@ -34,46 +35,17 @@ def max_steps_policy(cfg):
     return []
 '''
 
-PYPROJECT = """
-[build-system]
-requires = ["setuptools>=68"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "acme-checks"
-version = "0.1"
-
-[project.entry-points."art_hydra.validators"]
+ENTRIES = """\
 lr = "acme_checks:learning_rate_policy"
 steps = "acme_checks:max_steps_policy"
 """
 
 
 def _install_plugin(tmp_path: Path, entry_points_extra: str = "") -> Path:
-    src = tmp_path / "acme_src"
-    src.mkdir()
-    (src / "acme_checks.py").write_text(PLUGIN)
-    (src / "pyproject.toml").write_text(PYPROJECT + entry_points_extra)
-    target = tmp_path / "site"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-index",
-            "--no-build-isolation",
-            "--target",
-            str(target),
-            str(src),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
+    entries = ENTRIES + entry_points_extra
+    return install_package(
+        tmp_path, "acme_checks", PLUGIN, "art_hydra.validators", entries, name="acme-checks"
     )
-    return target
 
 
 def test_entry_point_validator_is_picked_up(cli, tmp_path: Path) -> None:

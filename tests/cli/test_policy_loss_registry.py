@@ -5,15 +5,13 @@ name gets the nearest registered one; every built-in is listed where choices are
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 from conftest import output_of, report_entries
 from omegaconf import OmegaConf
+from plugin_packages import install_package, run_launcher, with_site
 
 from art_hydra.config.bounds import FIXED
 from art_hydra.config.fields import field_info
@@ -39,29 +37,10 @@ def acme_reinforce(ratio, logprobs, advantages, settings):
     return -ratio * advantages, {"acme_negative_fraction": advantages < 0}
 '''
 
-#: The user's launcher: import the module that registers, then art_hydra's own CLI.
-LAUNCHER = """
-import acme_losses  # registers acme_reinforce
-from art_hydra.cli import main
-
-if __name__ == "__main__":
-    main()
-"""
-
 
 def _launch(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    (tmp_path / "acme_losses.py").write_text(textwrap.dedent(USER_LOSS))
-    (tmp_path / "train.py").write_text(textwrap.dedent(LAUNCHER))
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path), env.get("PYTHONPATH", "")) if p)
-    return subprocess.run(
-        [sys.executable, "train.py", *overrides],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    """The user's launcher: import the module that registers, then art_hydra's own CLI."""
+    return run_launcher(tmp_path, "acme_losses", USER_LOSS, *overrides)
 
 
 @pytest.mark.slow
@@ -136,36 +115,18 @@ def test_an_old_run_config_with_an_enum_value_still_loads() -> None:
     assert field_info(RLConfig, "loss_type").resume == FIXED
 
 
-PYPROJECT = """
-[build-system]
-requires = ["setuptools>=68"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "acme-losses"
-version = "0.1"
-
-[project.entry-points."art_hydra.policy_losses"]
-acme = "acme_losses"
-"""
-
-
 def test_an_installed_package_registers_its_loss_through_an_entry_point(
     cli, tmp_path: Path
 ) -> None:
-    src = tmp_path / "acme_src"
-    src.mkdir()
-    (src / "acme_losses.py").write_text(textwrap.dedent(USER_LOSS))
-    (src / "pyproject.toml").write_text(PYPROJECT)
-    site = tmp_path / "site"
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
-    subprocess.run(
-        [*pip, "--no-build-isolation", "--target", str(site), str(src)],
-        check=True,
-        capture_output=True,
+    site = install_package(
+        tmp_path,
+        "acme_losses",
+        USER_LOSS,
+        "art_hydra.policy_losses",
+        'acme = "acme_losses"',
+        name="acme-losses",
     )
-    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
-    proc = cli("rl.loss_type=acme_reinforce", "dry_run=true", env={"PYTHONPATH": path})
+    proc = cli("rl.loss_type=acme_reinforce", "dry_run=true", env=with_site(site))
     assert proc.returncode == 0, output_of(proc)
     # Without the package the name is unknown.
     assert cli("rl.loss_type=acme_reinforce", "dry_run=true").returncode == 1
