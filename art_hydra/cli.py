@@ -1,12 +1,14 @@
 """The ``art-hydra`` command (also ``python -m art_hydra``): a thin Hydra entry point.
 
-Before Hydra runs anything, the command composes the config exactly as Hydra will,
-checks it, and runs the world pre-flight against the run folder Hydra is about to use,
-so a configuration that cannot work is rejected with one complete report before an
-output directory, a model or a queue exists (Hydra 1.3 has no compose-time hook, and it
-turns exceptions in callbacks into warnings). A sweep (``-m``, or ``hydra.mode=MULTIRUN``
-as plain Hydra reads it) goes to the pre-flight sweeper, which checks every point before
-the first job starts; every job checks its own config again in :func:`art_hydra.train`.
+A single run is composed once, exactly as Hydra composes it, and checked once (the
+config alone, then the world pre-flight against the run folder Hydra will use), so a
+configuration that cannot work is rejected with one complete report before an output
+directory, a model or a queue exists (Hydra 1.3 has no compose-time hook, and it turns
+exceptions in callbacks into warnings). That same composition then runs as Hydra's
+job (:mod:`art_hydra.launch`): nothing is composed or checked twice. A sweep (``-m``,
+or ``hydra.mode=MULTIRUN`` as plain Hydra reads it) goes to Hydra and the pre-flight
+sweeper, which checks every point before the first job starts; every sweep job checks
+its own config in :func:`art_hydra.train` (it may run on another machine).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 from typing import Any
 
 import hydra
+from hydra.core.config_loader import ConfigLoader
 from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -62,28 +65,56 @@ def report_and_exit(exc: CompactHydraException) -> None:
 
 @hydra.main(config_path=config_path(), config_name=CONFIG_NAME, version_base="1.3")
 def hydra_main(cfg: DictConfig) -> Any:
-    """Hydra's task function: one job. Heavy imports happen inside ``train``. Returns the
-    job's :class:`~art_hydra.result.RunResult`: a float (the objective) that an optimising
-    sweeper (Optuna, Ax, Nevergrad) reads, carrying the run's summary."""
+    """Hydra's task function for a job Hydra composed (a sweep's, or a run from a
+    relative ``-cp``): it checks its own config in ``train``, where the heavy imports
+    happen. Returns the job's :class:`~art_hydra.result.RunResult`: a float (the
+    objective) that an optimising sweeper (Optuna, Ax, Nevergrad) reads, carrying the
+    run's summary."""
     from hydra.core.hydra_config import HydraConfig
 
     from art_hydra.distributed import adopt_submitit_tasks
-    from art_hydra.run import train
-    from art_hydra.run_folder import discard_hydra_record
 
     if adopt_submitit_tasks():
         _log_per_rank(HydraConfig.get().job.name)
     _anchor_paths(cfg)
+    return _as_job(lambda: _train_composed(cfg))
+
+
+def _train_composed(cfg: DictConfig) -> Any:
+    from art_hydra.run import train
+
+    hand = _job_hand()
+    refused = trust_problems(cfg, hand)  # (a sweep's points were checked before it started)
+    if refused:
+        raise ConfigValidationError(refused, footer="The run stopped before loading a model.")
+    with by_hand(hand):
+        return train(cfg)
+
+
+def _checked_job(checked: Composition, world: Any) -> Any:
+    """The job of a single run the command checked: it trains the checked config."""
+    from art_hydra.run import default_run_dir, train_checked
+
+    def run() -> Any:
+        assert checked.resolved is not None
+        _anchor_paths(checked.resolved)
+        with by_hand(checked.hand):
+            return train_checked(checked.resolved, default_run_dir(), world)
+
+    return _as_job(run)
+
+
+def _as_job(run: Any) -> Any:
+    """Run a job's work: a user's mistake or a known stop ends it with its report alone
+    (in a sweep it goes back to the sweeper, in another process under joblib or
+    submitit, which reports it)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from art_hydra.run_folder import discard_hydra_record
+
     try:
-        hand = _job_hand()
-        refused = trust_problems(cfg, hand)  # (checked before Hydra started, bar a relative -cp)
-        if refused:
-            raise ConfigValidationError(refused, footer="The run stopped before loading a model.")
-        with by_hand(hand):
-            return train(cfg)
+        return run()
     except CompactHydraException as exc:
-        # In a sweep the job's failure goes back to the sweeper (in another process under
-        # joblib or submitit), which reports it; alone, report it here.
         sweep = HydraConfig.get().mode == RunMode.MULTIRUN
         if full_error() or (sweep and not isinstance(exc, Interrupted)):
             raise
@@ -208,19 +239,22 @@ def _main() -> None:
     sys.argv[1:] = open_mapping_adds(sys.argv[1:])
     args = hydra_compat.args_parser().parse_args()
     register_configs()  # also for -cp folders, which Hydra loads without importing them
-    passthrough = args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
+    passthrough = (
+        args.help
+        or args.hydra_help
+        or args.cfg
+        or args.info
+        or args.shell_completion
+        or args.experimental_rerun  # Hydra's own: a pickled config, run as it was
+    )
     primary = args.config_path
     # A relative -cp is resolved by Hydra against this module; leave that to the job check.
     checkable = primary is None or primary.startswith("pkg://") or os.path.isabs(primary)
     if not passthrough and checkable:
         checked = _precheck(args)
-        if checked is not None:
-            try:
-                _join_the_other_ranks(checked)
-            except CompactHydraException as exc:  # the ranks could not meet: a report
-                if full_error():
-                    raise
-                report_and_exit(exc)
+        if checked is not None:  # a single run, checked: it runs from that composition
+            _run_checked(*checked, args)
+            return
     elif not passthrough:
         _refuse_an_unchecked_launch(str(primary))
     register_sweeper()  # after the check: Hydra's plugin scan imports every launcher
@@ -251,9 +285,10 @@ def _print_schema(argv: list[str]) -> None:
     sys.exit(0)
 
 
-def _precheck(args: Any) -> Composition | None:
+def _precheck(args: Any) -> tuple[Composition, ConfigLoader] | None:
     """Reject bad configs before Hydra creates anything; serve single-run dry runs.
-    Returns the checked single run (None for a sweep, which its sweeper checks)."""
+    Returns the checked single run and its loader (None for a sweep, which its sweeper
+    checks)."""
     from art_hydra.config.problems import format_report
     from art_hydra.config.yaml_guard import config_file_problems
     from art_hydra.preflight import add_world_problems
@@ -275,7 +310,7 @@ def _precheck(args: Any) -> Composition | None:
         _refuse_a_sweep_under_torchrun(master)
         _reject_if_bad(master)
         return None
-    result = compose_and_check(loader, config_name, overrides, RunMode.RUN)
+    result = compose_and_check(loader, config_name, overrides, RunMode.RUN, keep_composed=True)
     if result.hydra is not None and result.hydra.mode == RunMode.MULTIRUN:
         # The config's own hydra.mode asks for a sweep: the sweeper checks every point, and
         # the master is checked here, before Hydra runs its callbacks and logging config.
@@ -283,7 +318,7 @@ def _precheck(args: Any) -> Composition | None:
         _refuse_a_sweep_under_torchrun(master)
         _reject_if_bad(master)
         return None
-    add_world_problems(result, remember_pass=True)
+    add_world_problems(result)
     _reject_if_bad(result)
     announce_warnings(result.problems)
     assert result.resolved is not None
@@ -292,7 +327,21 @@ def _precheck(args: Any) -> Composition | None:
         print(outside_code_report(result.resolved, result.hydra))
         print("dry run: the configuration is valid; nothing was trained or written.")
         sys.exit(0)
-    return result
+    return result, loader
+
+
+def _run_checked(checked: Composition, loader: ConfigLoader, args: Any) -> None:
+    """Run the checked single run as Hydra's job (:mod:`art_hydra.launch`); the ranks of
+    a torchrun job that cannot meet end with a report."""
+    from art_hydra import launch
+
+    config_name = args.config_name or CONFIG_NAME
+    try:
+        launch.run_checked(checked, loader, config_name, list(args.overrides), _checked_job)
+    except CompactHydraException as exc:
+        if full_error():
+            raise
+        report_and_exit(exc)
 
 
 def _refuse_a_sweep_under_torchrun(result: Composition) -> None:
@@ -328,30 +377,6 @@ def _refuse_an_unchecked_launch(primary: str) -> None:
             "of your config folder, or add it with --config-dir\n"
         )
         sys.exit(1)
-
-
-def _join_the_other_ranks(result: Composition) -> None:
-    """Under torchrun, form the process group now (every rank has passed the same checks)
-    and let rank 0 decide the run folder once, for all ranks: each rank resolving
-    ``${now:...}`` on its own clock could pick another second. The other ranks write no
-    ``.hydra/`` copy and log to ``art_hydra_rank<N>.log``."""
-    from art_hydra import distributed
-
-    if not distributed.from_environment().enabled:
-        return
-    from art_hydra.backends.torch_backend import resolve_device
-
-    assert result.resolved is not None and result.run_dir is not None
-    cfg = result.resolved
-    from art_hydra.backends import prepare
-
-    prepare(cfg.backend)
-    world = distributed.setup(cfg.distributed, resolve_device(cfg.backend.device))
-    folder = distributed.broadcast_object(world, result.run_dir)
-    if not any(arg.startswith("hydra.run.dir=") for arg in sys.argv):
-        sys.argv.append(f"hydra.run.dir={folder}")
-    if not world.is_main:
-        sys.argv += ["hydra.output_subdir=null", f"hydra.job.name=art_hydra_rank{world.rank}"]
 
 
 def _asks_for_a_sweep(overrides: list[str]) -> bool:

@@ -22,9 +22,15 @@ from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf
 
 from art_hydra.config import run_files
-from art_hydra.config.composition import validate
+from art_hydra.config.composition import announce_warnings, check
 from art_hydra.config.objective import NOT_IN_SFT
-from art_hydra.config.problems import ConfigValidationError, errors
+from art_hydra.config.problems import (
+    ConfigValidationError,
+    Problem,
+    errors,
+    format_report,
+    warnings_of,
+)
 from art_hydra.config.schema import AlgorithmName, RunConfig
 from art_hydra.config.trust import outside_code_report
 from art_hydra.config.typed import typed_config
@@ -73,16 +79,19 @@ def default_run_dir() -> Path:
 
 
 def train(cfg: Any, run_dir: str | Path | None = None) -> RunResult:
-    """Validate ``cfg`` and train; returns the run's objective as a float that carries
-    the summary (``result["steps"]``, ``result.final``, ``result.run_dir``): a value every
+    """Check ``cfg`` and train; returns the run's objective as a float that carries the
+    summary (``result["steps"]``, ``result.final``, ``result.run_dir``): a value every
     optimising sweeper (Optuna, Ax, Nevergrad) reads as the job's result.
 
     ``cfg`` may be a composed ``DictConfig``, a :class:`~art_hydra.config.schema.RunConfig`
-    or a plain mapping. With ``dry_run=true`` it prints the resolved config and returns
-    NaN with the summary ``{"dry_run": True}``.
+    or a plain mapping. It is checked here, once: the config alone, then the world
+    pre-flight (this is the check of a sweep's job and of a Python caller; the command
+    checks a single run before Hydra starts it, and runs :func:`train_checked`). With
+    ``dry_run=true`` it prints the resolved config and returns NaN with the summary
+    ``{"dry_run": True}``.
     """
     from art_hydra.distributed import from_environment
-    from art_hydra.preflight import busy_folder_problems, world_problems
+    from art_hydra.preflight import busy_folder_problems
 
     world = from_environment()
     folder = Path(run_dir) if run_dir is not None else default_run_dir()
@@ -94,11 +103,7 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> RunResult:
         detach_logs(folder)
         raise ConfigValidationError(busy, footer=_JOB_FOOTER)
     try:
-        cfg = validate(cfg, footer=_JOB_FOOTER)
-        # Rank 0 alone owns the run folder; the other ranks check everything else.
-        problems = world_problems(cfg, folder if world.is_main else None, trust_earlier_pass=True)
-        if errors(problems):
-            raise ConfigValidationError(problems, footer=_JOB_FOOTER)
+        cfg = _checked(cfg, folder if world.is_main else None)
     except ConfigValidationError as exc:
         if world.is_main:
             _record_refusal(folder, exc)
@@ -109,10 +114,50 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> RunResult:
         print(outside_code_report(cfg))
         print("dry run: the configuration is valid; nothing was trained.")
         return RunResult(float("nan"), {"dry_run": True})
-    finished = _finished_run(cfg, folder)
+    return train_checked(cfg, folder)
+
+
+def _checked(cfg: Any, folder: Path | None) -> DictConfig:
+    """``cfg`` typed and resolved, after every check of the config alone and the world
+    pre-flight (of ``folder`` too, where this rank owns it): one report of every error,
+    or the warnings told (:func:`_tell_warnings`)."""
+    from art_hydra.preflight import world_problems
+
+    cfg, problems = check(cfg)
+    if errors(problems):
+        raise ConfigValidationError(problems, footer=_JOB_FOOTER)
+    problems += world_problems(cfg, folder)
+    if errors(problems):
+        raise ConfigValidationError(problems, footer=_JOB_FOOTER)
+    _tell_warnings(problems)
+    return cfg
+
+
+def _tell_warnings(problems: list[Problem]) -> None:
+    """A job's warnings: in a sweep's job, in its log files alone (the sweep's pre-flight
+    showed every point's warnings on the console before the first job started); else on
+    stderr."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    found = warnings_of(problems)
+    if not found:
+        return
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        _in_log_files(format_report(found))
+    else:
+        announce_warnings(found)
+
+
+def train_checked(cfg: DictConfig, run_dir: Path, world: Any = None) -> RunResult:
+    """Train ``cfg``, typed and resolved by a check that found no error (the command's,
+    before Hydra started the job, or :func:`train`'s): nothing is checked again. A run
+    that finished already is skipped (:func:`_finished_run`). ``world``: the process
+    group this rank joined already (None: the run joins it)."""
+    finished = _finished_run(cfg, run_dir)
     if finished is not None:
         return finished
-    return run_validated(cfg, folder)
+    return run_validated(cfg, run_dir, world)
 
 
 def _finished_run(cfg: DictConfig, run_dir: Path) -> RunResult | None:
@@ -246,8 +291,12 @@ def parameter_line(cfg: RunConfig, model: Any) -> str:
     )
 
 
-def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> RunResult:
-    """The run itself, for a config that :func:`train` has validated.
+def run_validated(
+    cfg: DictConfig, run_dir: str | Path | None = None, world: Any = None
+) -> RunResult:
+    """The run itself, for a config that :func:`train` has validated. ``world``: the
+    process group this rank joined already (None: join it here, under torchrun or a
+    multi-task SLURM job).
 
     Public only so tests can drive a configuration the validators would reject (the
     RL accumulation deadlock) and show that the channel still ends it.
@@ -263,7 +312,8 @@ def run_validated(cfg: DictConfig, run_dir: str | Path | None = None) -> RunResu
     prepare(typed.backend)  # Unsloth must come before transformers (and torch's imports)
     from art_hydra.backends.torch_backend import resolve_device
 
-    world = distributed.setup(typed.distributed, resolve_device(typed.backend.device))
+    if world is None:
+        world = distributed.setup(typed.distributed, resolve_device(typed.backend.device))
     world.run_dir = run_dir
     lock = _lock_folder(run_dir, world)
     distributed.write_status(world, "running")

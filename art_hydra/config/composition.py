@@ -13,10 +13,12 @@ Nothing here imports torch, transformers, peft or unsloth.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import importlib.util
 import os
+import re
 import sys
 import typing
 from collections.abc import Sequence
@@ -29,7 +31,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException, OverrideParseException
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import (
     ConfigAttributeError,
     ConfigKeyError,
@@ -99,6 +101,10 @@ class Composition:
     run_dir: str | None = None
     #: What the user set by hand (the command line's overrides); None: a Python caller.
     hand: Hand | None = None
+    #: The config exactly as Hydra composed it, ``hydra`` node included, before any check
+    #: resolved it: what Hydra's job runner takes (and saves to ``.hydra/``). Kept only
+    #: when asked (``keep_composed``): the command runs its single run from it.
+    composed: DictConfig | None = None
 
     @property
     def ok(self) -> bool:
@@ -115,6 +121,7 @@ def compose_and_check(
     job_num: int | None = None,
     validate: bool = True,
     hand: Hand | None = None,
+    keep_composed: bool = False,
 ) -> Composition:
     """Compose like Hydra, then report everything wrong with the result.
 
@@ -125,6 +132,7 @@ def compose_and_check(
 
     ``hand`` is what the user set by hand (by default: every override given here); what
     a config file set beyond it may not choose code (:mod:`art_hydra.config.trust`).
+    ``keep_composed`` keeps a copy of the config as composed (:attr:`Composition.composed`).
     """
     overrides = list(overrides)
     if hand is None:
@@ -135,6 +143,8 @@ def compose_and_check(
         else:
             cfg = loader.load_configuration(config_name, overrides, run_mode=run_mode)
         problems: list[Problem] = []
+        if master is None and run_mode == RunMode.RUN:
+            hydra_compat.as_single_run(cfg)
     except Exception:  # any failure, even an OmegaConf bug, gets the full diagnosis
         if master is not None:
             config_name = master.hydra.job.config_name
@@ -142,20 +152,73 @@ def compose_and_check(
             run_mode = RunMode.RUN
         cfg, problems = _diagnose(loader, config_name, overrides, run_mode)
     result = Composition(None, problems, hand=hand)
+    if cfg is not None and keep_composed:
+        result.composed = copy.deepcopy(cfg)  # the checks below resolve cfg in place
     if cfg is not None:
-        # Before Hydra starts: its callbacks and logging config run before any job.
-        flagged = {p.key for p in problems}
-        chosen = _group_content(loader, cfg)
-        result.problems += [p for p in trust_problems(cfg, hand, chosen) if p.key not in flagged]
-    if cfg is not None and not validate:  # a sweep's master: its hydra values alone
-        result.problems += _master_hydra_problems(cfg, overrides)
-    if cfg is not None and validate:
-        # Who set what, for the checks of settings the run never reads (config/inert.py).
-        origins = inert.origins_of(
-            hand, chosen.choices, chosen.loaded, _primary(loader, config_name)
-        )
-        _check_job(result, cfg, overrides, job_num, origins)
+        _check_composed(result, loader, config_name, cfg, overrides, job_num, validate)
     return result
+
+
+def _check_composed(
+    result: Composition,
+    loader: ConfigLoader,
+    config_name: str | None,
+    cfg: DictConfig,
+    overrides: Sequence[str],
+    job_num: int | None,
+    validate: bool,
+) -> None:
+    """Every check of a composed ``cfg`` (resolved in place), into ``result``."""
+    assert result.hand is not None
+    # Before Hydra starts: its callbacks and logging config run before any job.
+    flagged = {p.key for p in result.problems}
+    chosen = _group_content(loader, cfg)
+    result.problems += [p for p in trust_problems(cfg, result.hand, chosen) if p.key not in flagged]
+    if not validate:  # a sweep's master: its hydra values alone
+        result.problems += _master_hydra_problems(cfg, overrides)
+        return
+    # Who set what, for the checks of settings the run never reads (config/inert.py).
+    origins = inert.origins_of(
+        result.hand, chosen.choices, chosen.loaded, _primary(loader, config_name)
+    )
+    _check_job(result, cfg, overrides, job_num, origins)
+
+
+#: An interpolation that reads Hydra's own node (``${hydra:runtime.output_dir}``,
+#: ``${hydra.run.dir}``), nested ones included.
+_READS_HYDRA = re.compile(r"\$\{[^}]*\bhydra[.:]")
+
+
+def in_run_folder(
+    result: Composition,
+    folder: str,
+    loader: ConfigLoader,
+    config_name: str | None,
+    overrides: Sequence[str],
+) -> Composition:
+    """A checked single run (composed with ``keep_composed``) in ``folder`` instead of its
+    own: the run folder the ranks of a multi-rank run agreed on (rank 0's). Hydra learns
+    it through its own config (``hydra.run.dir`` of :attr:`Composition.composed`). The run
+    config is resolved and checked again only where one of its values reads Hydra's node
+    (``checkpoint.dir=${hydra:runtime.output_dir}/ckpt`` read this rank's own folder);
+    otherwise nothing in it depends on the folder and ``result`` is the run, as checked."""
+    assert result.composed is not None
+    composed = result.composed
+    with read_write(composed.hydra):
+        composed.hydra.run.dir = folder
+    if result.run_dir == os.path.abspath(folder) or not _reads_hydra(composed):
+        result.run_dir = os.path.abspath(folder)
+        return result
+    moved = Composition(None, hand=result.hand, composed=composed)
+    _check_composed(moved, loader, config_name, copy.deepcopy(composed), overrides, None, True)
+    return moved
+
+
+def _reads_hydra(composed: DictConfig) -> bool:
+    """Whether a run-config value (outside the ``hydra`` node) reads Hydra's node."""
+    raw: Any = OmegaConf.to_container(composed, resolve=False)
+    raw.pop(HYDRA_KEY, None)
+    return bool(_READS_HYDRA.search(str(raw)))
 
 
 def _master_hydra_problems(cfg: DictConfig, overrides: Sequence[str]) -> list[Problem]:
@@ -691,15 +754,11 @@ def _message(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-_announced: set[tuple[str, str]] = set()
-
-
 def announce_warnings(problems: Sequence[Problem]) -> None:
-    """Print warnings once per process (the CLI, the sweeper and each job check again)."""
-    fresh = [p for p in warnings_of(problems) if (p.key, p.reason) not in _announced]
-    if fresh:
-        _announced.update((p.key, p.reason) for p in fresh)
-        sys.stderr.write(format_report(fresh) + "\n")
+    """Print the warnings among ``problems`` on stderr, in one report."""
+    found = warnings_of(problems)
+    if found:
+        sys.stderr.write(format_report(found) + "\n")
 
 
 def compose(

@@ -15,7 +15,7 @@ import copy
 import functools
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import hydra
@@ -31,7 +31,8 @@ WRITTEN_FOR = {"hydra-core": "1.3.", "omegaconf": "2.3."}
 
 #: The private names used below, by module (the compatibility test checks each exists).
 PRIVATE_NAMES = {
-    "hydra._internal.utils": ("get_args_parser", "create_config_search_path"),
+    "hydra._internal.utils": ("get_args_parser", "create_config_search_path", "run_and_report"),
+    "hydra._internal.callbacks": ("Callbacks",),
     "hydra._internal.config_loader_impl": ("ConfigLoaderImpl", "get_overrides_dirname"),
     "hydra._internal.config_repository": ("CachingConfigRepository",),
     "hydra._internal.defaults_list": ("create_defaults_list",),
@@ -120,6 +121,49 @@ def run_mode(loader: ConfigLoader, config_name: str | None, overrides: list[str]
         return RunMode.RUN  # composition fails either way; the check reports why
     mode = cfg.hydra.mode
     return mode if isinstance(mode, RunMode) else RunMode.RUN
+
+
+def as_single_run(cfg: DictConfig) -> None:
+    """``cfg``, composed for a run, as Hydra's entry point composes a single run: with no
+    ``hydra.mode`` in the config it adds the override ``hydra.mode=RUN``."""
+    if cfg.hydra.mode is None:
+        with read_write(cfg.hydra), open_dict(cfg.hydra):
+            cfg.hydra.mode = RunMode.RUN
+            cfg.hydra.overrides.hydra.append("hydra.mode=RUN")
+
+
+def run_composed(
+    cfg: DictConfig,
+    config_name: str | None,
+    loader: ConfigLoader,
+    task_function: Callable[[DictConfig], Any],
+) -> Any:
+    """Run a single run's job from ``cfg``, composed already (:func:`as_single_run`), as
+    Hydra's ``Hydra.run`` does once it has composed: its logging config, the ``hydra``
+    callbacks, and ``run_job`` (the run folder, ``.hydra/``, the job's logging, the working
+    folder); unexpected errors are reported as Hydra reports them. Returns the job's value
+    (raising its exception, as Hydra does)."""
+    from hydra._internal.callbacks import Callbacks
+    from hydra._internal.utils import run_and_report
+    from hydra.core.utils import configure_log, run_job
+    from hydra.types import HydraContext
+
+    def run() -> Any:
+        configure_log(cfg.hydra.hydra_logging, cfg.hydra.verbose)
+        callbacks = Callbacks(cfg)
+        callbacks.on_run_start(config=cfg, config_name=config_name)
+        ret = run_job(
+            hydra_context=HydraContext(config_loader=loader, callbacks=callbacks),
+            task_function=task_function,
+            config=cfg,
+            job_dir_key="hydra.run.dir",
+            job_subdir_key=None,
+            configure_logging=True,
+        )
+        callbacks.on_run_end(config=cfg, config_name=config_name, job_return=ret)
+        return ret.return_value
+
+    return run_and_report(run)
 
 
 def wrap_launchers(wrap: Any) -> None:

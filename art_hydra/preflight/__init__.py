@@ -46,17 +46,11 @@ from art_hydra.preflight.task import task_problems
 from art_hydra.preflight.trackers import tracker_problems
 from art_hydra.safe_paths import path_refusal
 
-#: Configs whose task, model and backend passed in this process (the CLI checks before
-#: Hydra starts the job, which would otherwise stream the same data file again).
-_passed: set[str] = set()
-
 
 def world_problems(
     cfg: DictConfig,
     run_dir: str | Path | None,
     *,
-    trust_earlier_pass: bool = False,
-    remember_pass: bool = False,
     devices_here: bool = True,
     sweep: bool | None = None,
     failed: frozenset[str] = frozenset(),
@@ -67,20 +61,12 @@ def world_problems(
     them back to their defaults, which may be ``???``); a check that reads the section
     of one left without a readable value is skipped, so it never trips over it.
 
-    With ``trust_earlier_pass`` the task, model and backend checks are skipped for a
-    config that passed them earlier in this process with ``remember_pass`` (the CLI's
-    check, just before Hydra starts the job); the run folder is checked every time.
     ``devices_here=False`` leaves GPUs to the job, for a launcher that runs it on other
     machines (a SLURM sweep is often sent from a login node without one). ``sweep``:
     whether ``cfg`` is a sweep job's (its folder fixes then name ``hydra.sweep.dir``;
     None: as Hydra says in a job, else no).
     """
-    key = OmegaConf.to_yaml(cfg) if trust_earlier_pass or remember_pass else ""
-    found: list[Problem] = []
-    if not (trust_earlier_pass and key in _passed):
-        found = environment_problems(cfg, devices_here, failed)
-        if remember_pass and not failed and not any(p.is_error for p in found):
-            _passed.add(key)
+    found = environment_problems(cfg, devices_here, failed)
     if run_dir is not None:
         found += folder_problems(cfg, run_dir, sweep)
     return strictly(cfg, found)
@@ -202,9 +188,7 @@ def strictly(cfg: DictConfig, found: list[Problem]) -> list[Problem]:
     return found
 
 
-def add_world_problems(
-    result: Composition, *, remember_pass: bool = False, devices_here: bool = True
-) -> None:
+def add_world_problems(result: Composition, *, devices_here: bool = True) -> None:
     """Append the world's findings on a composed config to its report (a key whose value
     already has an error is not checked again)."""
     if result.resolved is None:
@@ -215,7 +199,6 @@ def add_world_problems(
         world = world_problems(
             result.resolved,
             result.run_dir,
-            remember_pass=remember_pass,
             devices_here=devices_here,
             sweep=sweep or None,
             failed=frozenset(failed),
