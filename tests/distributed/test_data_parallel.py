@@ -232,3 +232,28 @@ def test_an_unevenly_divisible_config_is_refused_before_any_process_group(tmp_pa
     assert "each of the 2 ranks samples whole groups of 8" in out
     assert "art_hydra/" not in out  # no traceback of ours (torchrun prints its own summary)
     assert not (tmp_path / "outputs").exists()  # no run folder, no process group
+
+
+def test_the_ranks_share_the_folder_rank_0_named(tmp_path: Path) -> None:
+    """With the default run folder (a timestamp and each process's own mark) every rank
+    would name another one; rank 0's reaches the others through Hydra's config, and no
+    other folder is made."""
+    proc = _torchrun(
+        "-m",
+        "art_hydra",
+        "trainer.per_device_train_batch_size=64",
+        "trainer.max_steps=2",
+        "backend.cpu_threads=1",
+        *QUIET,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, output_of(proc)[-3000:]
+    folders = [p for p in (tmp_path / "outputs").glob("*/*") if p.is_dir()]
+    assert len(folders) == 1, folders
+    run = folders[0]
+    assert (run / "art_hydra.log").is_file() and (run / "art_hydra_rank1.log").is_file()
+    assert [r["step"] for r in _metrics(run)] == [1, 2]
+    assert sorted(p.name for p in (run / ".ranks").glob("rank*.json")) == [
+        "rank0.json",
+        "rank1.json",
+    ]
