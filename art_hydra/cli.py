@@ -251,9 +251,10 @@ def _main() -> None:
     # A relative -cp is resolved by Hydra against this module; leave that to the job check.
     checkable = primary is None or primary.startswith("pkg://") or os.path.isabs(primary)
     if not passthrough and checkable:
-        checked = _precheck(args)
-        if checked is not None:  # a single run, checked: it runs from that composition
-            _run_checked(*checked, args)
+        precheck = _precheck(args)
+        if precheck is not None:  # a single run, checked: it runs from that composition
+            checked, loader = precheck
+            _run_checked(checked, loader, args)
             return
     elif not passthrough:
         _refuse_an_unchecked_launch(str(primary))

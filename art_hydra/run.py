@@ -137,13 +137,12 @@ def _tell_warnings(problems: list[Problem]) -> None:
     """A job's warnings: in a sweep's job, in its log files alone (the sweep's pre-flight
     showed every point's warnings on the console before the first job started); else on
     stderr."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
+    from art_hydra.run_folder import in_sweep
 
     found = warnings_of(problems)
     if not found:
         return
-    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+    if in_sweep():
         _in_log_files(format_report(found))
     else:
         announce_warnings(found)
@@ -202,12 +201,10 @@ def _record_refusal(folder: Path, exc: ConfigValidationError) -> None:
     it instead of counting a job that never finished. Only in the job folder Hydra made
     for it, and never when a problem is about the folder itself (it may not be a run
     folder at all)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     from art_hydra.result import job_number, job_overrides, write_refused_result
+    from art_hydra.run_folder import in_sweep
 
-    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+    if not in_sweep():
         return
     if not folder.is_dir() or any(p.key.startswith("hydra.") for p in exc.problems):
         return
