@@ -27,7 +27,7 @@ from art_hydra.tasks.scoring import Scores, score_rewards
 from art_hydra.trainer import eval_mode, packed_logprobs
 
 if TYPE_CHECKING:
-    from art_hydra.config.schema import ProducerConfig, RunConfig, SFTConfig
+    from art_hydra.config.schema import RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -543,18 +543,12 @@ class RolloutsAhead:
 class SFTProducer:
     """Packs (prompt, answer) examples; one input per accumulation micro-batch."""
 
-    def __init__(
-        self,
-        loaded: Any,
-        task: Task,
-        sft_cfg: SFTConfig,
-        producer_cfg: ProducerConfig,
-        batch_size: int,
-        accumulation: int,
-        capacity: int,
-        seed: int,
-        world: World | None = None,
-    ) -> None:
+    def __init__(self, loaded: Any, task: Task, cfg: RunConfig, world: World | None = None) -> None:
+        """``cfg`` is the run's validated config: the producer reads its ``sft`` and
+        ``producer`` sections, the examples per micro-batch and micro-batches per step
+        (``trainer.per_device_train_batch_size``, ``trainer.gradient_accumulation_steps``),
+        ``model.max_seq_length`` and ``seed``."""
+        sft_cfg, producer_cfg = cfg.sft, cfg.producer
         missing = [ex.prompt for ex in task.examples if ex.answer is None]
         if missing:
             raise TaskDataError(
@@ -566,11 +560,11 @@ class SFTProducer:
         self.rank, self.ranks = (world.rank, world.size) if world is not None else (0, 1)
         self.sft = sft_cfg
         self.log_completions = producer_cfg.log_completions
-        self.batch_size = batch_size
-        self.accumulation = accumulation
-        self.capacity = min(capacity, sft_cfg.max_length)
+        self.batch_size = cfg.trainer.per_device_train_batch_size
+        self.accumulation = cfg.trainer.gradient_accumulation_steps
+        self.capacity = min(cfg.model.max_seq_length, sft_cfg.max_length)
         self.share_prompts = producer_cfg.share_prompts
-        self.stream = ExampleStream(task.examples, seed, producer_cfg.shuffle)
+        self.stream = ExampleStream(task.examples, cfg.seed, producer_cfg.shuffle)
         self.sequences = {ex: self._sequence(ex) for ex in task.examples}
         longest = max(len(s.tokens) for s in self.sequences.values())
         if longest > sft_cfg.max_length:

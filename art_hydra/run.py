@@ -249,13 +249,9 @@ def build_trainer_and_producer(
     run = typed if typed is not None else typed_config(cfg)
     if loaded is None:
         loaded = load_model(run.model, run.backend, run.seed, charset=charset)
-    batch, capacity = run.trainer.per_device_train_batch_size, run.model.max_seq_length
     if run.algorithm.name == AlgorithmName.sft:
         trainer = Trainer(loaded, run.trainer, Objective.for_sft(), world)
-        accumulation = run.trainer.gradient_accumulation_steps
-        producer = SFTProducer(
-            loaded, task, run.sft, run.producer, batch, accumulation, capacity, run.seed, world
-        )
+        producer = SFTProducer(loaded, task, run, world)
         producer.eval_examples, producer.eval_rewards = held, task.rewards
         return trainer, producer
     # One settings object for rollouts and training logprobs: they must never differ.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from art_hydra import compose
@@ -25,3 +26,15 @@ def tiny(overrides: list[str] | None = None) -> tuple[Any, Any, Any]:
     task = build_task(cfg)
     loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=task.charset())
     return cfg, loaded, task
+
+
+def with_values(cfg: Any, values: dict[str, Any]) -> Any:
+    """A copy of ``cfg`` with the dotted keys in ``values`` set: a component built from it
+    sees other settings than the trainer built from ``cfg`` (the mismatches these tests
+    stage on purpose, which validation would refuse)."""
+    from omegaconf import OmegaConf
+
+    changed = copy.deepcopy(cfg)
+    for key, value in values.items():
+        OmegaConf.update(changed, key, value)
+    return changed

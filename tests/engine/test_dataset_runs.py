@@ -122,7 +122,7 @@ def test_sft_on_messages_trains_the_last_assistant_turn_only(
     ]
     cfg, loaded = load_family(chat_model, overrides=overrides)
     task = build_task(cfg)
-    producer = SFTProducer(loaded, task, cfg.sft, cfg.producer, 1, 1, 128, cfg.seed)
+    producer = SFTProducer(loaded, task, cfg)
     (sequence,) = producer.sequences.values()
     tok = loaded.tokenizer
     prompt = _ids(tok, CHAT[:-1])

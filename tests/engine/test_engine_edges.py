@@ -99,7 +99,7 @@ def test_sft_examples_too_long_are_refused(tmp_path: Path) -> None:
     cfg, loaded, task = tiny(["algorithm=sft"])
     task.examples = [Example(prompt="abc=", answer="cba" * 10)]
     with pytest.raises(ValueError, match=r"longer than sft\.max_length"):
-        SFTProducer(loaded, task, cfg.sft, cfg.producer, 4, 1, 64, 0)
+        SFTProducer(loaded, task, cfg)
 
 
 def test_completions_are_saved_for_inspection(tmp_path: Path) -> None:

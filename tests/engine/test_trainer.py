@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest_model import tiny
+from conftest_model import tiny, with_values
 from family_models import load_family, save_family
 
 from art_hydra.producer import SFTProducer
@@ -32,16 +32,11 @@ def test_sft_accumulation_equals_the_larger_batch() -> None:
     examples = task.examples[:8]
 
     def batches(size: int, accumulation: int):  # type: ignore[no-untyped-def]
-        producer = SFTProducer(
-            loaded,
-            task,
-            cfg.sft,
-            cfg.producer,
-            size,
-            accumulation,
-            cfg.model.max_seq_length,
-            cfg.seed,
-        )
+        step = {
+            "trainer.per_device_train_batch_size": size,
+            "trainer.gradient_accumulation_steps": accumulation,
+        }
+        producer = SFTProducer(loaded, task, with_values(cfg, step))
         producer.stream.examples = examples
         producer.stream.shuffle = False
         producer.stream.load_state({"epoch": 0, "position": 0})
@@ -55,11 +50,9 @@ def test_sft_accumulation_equals_the_larger_batch() -> None:
 
 
 def test_warmup_pass_changes_no_weight_and_no_optimizer_moment() -> None:
-    cfg, loaded, task = tiny(["algorithm=sft"])
+    cfg, loaded, task = tiny(["algorithm=sft", "trainer.per_device_train_batch_size=8"])
     trainer = Trainer(loaded, cfg.trainer, Objective.for_sft())
-    producer = SFTProducer(
-        loaded, task, cfg.sft, cfg.producer, 8, 1, cfg.model.max_seq_length, cfg.seed
-    )
+    producer = SFTProducer(loaded, task, cfg)
     # One real step first, so the optimizer has moments that a warmup could disturb.
     assert trainer.train_step(StepWork(producer.make_inputs())) is not None
     weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
@@ -85,11 +78,16 @@ def test_warmup_pass_changes_no_weight_and_no_optimizer_moment() -> None:
 def test_a_step_short_of_its_micro_batches_is_the_deadlock_and_trains_nothing() -> None:
     """Accumulation 2 handed one micro-batch (RL's one input per step, the validators
     bypassed): the founding deadlock, named before any forward or weight change."""
-    cfg, loaded, task = tiny(["algorithm=sft", "trainer.gradient_accumulation_steps=2"])
-    trainer = Trainer(loaded, cfg.trainer, Objective.for_sft())
-    producer = SFTProducer(
-        loaded, task, cfg.sft, cfg.producer, 8, 1, cfg.model.max_seq_length, cfg.seed
+    cfg, loaded, task = tiny(
+        [
+            "algorithm=sft",
+            "trainer.gradient_accumulation_steps=2",
+            "trainer.per_device_train_batch_size=8",
+        ]
     )
+    trainer = Trainer(loaded, cfg.trainer, Objective.for_sft())
+    one_input = with_values(cfg, {"trainer.gradient_accumulation_steps": 1})
+    producer = SFTProducer(loaded, task, one_input)
     weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     with pytest.raises(DeadlockError, match="the trainer waits for input #2 of that step"):
         trainer.train_step(StepWork(producer.make_inputs()))
