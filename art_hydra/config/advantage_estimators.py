@@ -49,8 +49,10 @@ class AdvantageEstimator:
     module: str
 
 
-_REGISTRY: PluginRegistry[AdvantageEstimator] = PluginRegistry(ENTRY_POINT_GROUP, BUILTIN_MODULES)
-_estimators = _REGISTRY.registered
+REGISTRY: PluginRegistry[AdvantageEstimator] = PluginRegistry(
+    ENTRY_POINT_GROUP, BUILTIN_MODULES, "advantage estimator"
+)
+_estimators = REGISTRY.registered
 
 
 def register_advantage_estimator(
@@ -76,19 +78,14 @@ def register_advantage_estimator(
 
 def advantage_estimators() -> dict[str, AdvantageEstimator]:
     """Every registered estimator by name (built-ins first, then plugins, in load order)."""
-    return _REGISTRY.entries()
+    return REGISTRY.entries()
 
 
 def advantage_estimator_names() -> tuple[str, ...]:
     """The names ``rl.advantage_estimator`` accepts."""
-    return _REGISTRY.names()
-
-
-def advantage_estimator_load_errors() -> list[tuple[str, str]]:
-    """Estimator plugins that failed to import: ``(entry point, error)``."""
-    return _REGISTRY.load_errors()
+    return REGISTRY.names()
 
 
 def get_advantage_estimator(name: Any) -> AdvantageEstimator | None:
     """The estimator registered as ``name``, or None."""
-    return _REGISTRY.get(name)
+    return REGISTRY.get(name)

@@ -118,8 +118,8 @@ class Backend:
         return getattr(importlib.import_module(module), function)
 
 
-_REGISTRY: PluginRegistry[Backend] = PluginRegistry(ENTRY_POINT_GROUP, BUILTIN_MODULES)
-_backends = _REGISTRY.registered
+REGISTRY: PluginRegistry[Backend] = PluginRegistry(ENTRY_POINT_GROUP, BUILTIN_MODULES, "backend")
+_backends = REGISTRY.registered
 
 
 def register_backend(
@@ -200,24 +200,19 @@ def _caller_module() -> str:
 
 def backends() -> dict[str, Backend]:
     """Every registered backend by name (built-ins first, then plugins, in load order)."""
-    return _REGISTRY.entries()
+    return REGISTRY.entries()
 
 
 def backend_names() -> tuple[str, ...]:
     """The names ``backend.name`` accepts."""
-    return _REGISTRY.names()
-
-
-def backend_load_errors() -> list[tuple[str, str]]:
-    """Backend plugins that failed to import: ``(entry point, error)``."""
-    return _REGISTRY.load_errors()
+    return REGISTRY.names()
 
 
 def get_backend(name: Any) -> Backend | None:
     """The backend registered as ``name`` (a string, or an Enum by its name), or None."""
-    return _REGISTRY.get(name)
+    return REGISTRY.get(name)
 
 
 def nearest_backend(name: str) -> str | None:
     """The registered name closest to ``name`` (same letters in another case first)."""
-    return _REGISTRY.nearest(name)
+    return REGISTRY.nearest(name)

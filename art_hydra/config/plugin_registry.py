@@ -1,18 +1,22 @@
 """What the registries users extend share: named entries added by art_hydra's own
-modules and by installed plugins, loaded once, on first use.
+modules and by installed plugins, loaded once, on first use, and a plugin that fails to
+import reported as a problem, not a traceback and not silently left out.
 
-Policy losses, backends and advantage estimators each keep their own entry type and
-``register_*`` function; this holds the part that is the same for all three, so a
-fourth registry is its entry type and one ``PluginRegistry(...)`` line. Torch-free:
-the compose/validate path reads these registries.
+Validators, world checks, policy losses, backends and advantage estimators each keep
+their own entry type and registering decorator; this holds the part that is the same for
+all five, so another registry is its entry type and one ``PluginRegistry(...)`` line.
+Torch-free: the compose/validate path reads these registries.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
-from importlib.metadata import entry_points
+from collections.abc import Callable
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Generic, TypeVar
+
+from art_hydra.config.problems import Kind, Problem, fix
 
 T = TypeVar("T")
 
@@ -20,16 +24,29 @@ T = TypeVar("T")
 class PluginRegistry(Generic[T]):
     """Entries by name. Loading imports ``builtin_modules`` (first, in order), then every
     entry point of ``group``; an entry point that fails to import is kept as a load error,
-    which validation reports, instead of a traceback."""
+    which validation reports, instead of a traceback.
 
-    def __init__(self, group: str, builtin_modules: tuple[str, ...]) -> None:
+    ``what`` names one entry in reports ("policy loss"). ``adopt`` is called with each
+    loaded entry point and the object it names, for a registry that takes an entry point
+    naming a plain function it registers itself (validators)."""
+
+    def __init__(
+        self,
+        group: str,
+        builtin_modules: tuple[str, ...],
+        what: str,
+        adopt: Callable[[EntryPoint, Any], None] | None = None,
+    ) -> None:
         self.group = group
         self.builtin_modules = builtin_modules
+        self.what = what
+        self.adopt = adopt
         #: What has registered so far, without loading (``register_*`` reads it: loading
         #: from inside a registration would import the registering module again).
         self.registered: dict[str, T] = {}
         self._loaded = False
-        self._load_errors: list[tuple[str, str]] = []
+        #: Entry points that failed to import: (entry point, its target, the error).
+        self._load_errors: list[tuple[EntryPoint, str]] = []
 
     def _load(self) -> None:
         if self._loaded:
@@ -39,9 +56,12 @@ class PluginRegistry(Generic[T]):
             importlib.import_module(module)
         for ep in entry_points(group=self.group):
             try:
-                ep.load()
+                loaded = ep.load()
             except Exception as exc:  # reported by validation, not a traceback
-                self._load_errors.append((f"{self.group}:{ep.name}={ep.value}", repr(exc)))
+                self._load_errors.append((ep, f"{type(exc).__name__}: {exc}"))
+                continue
+            if self.adopt is not None:
+                self.adopt(ep, loaded)
 
     def entries(self) -> dict[str, T]:
         """Every entry by name (built-ins first, then plugins, in load order)."""
@@ -51,10 +71,19 @@ class PluginRegistry(Generic[T]):
     def names(self) -> tuple[str, ...]:
         return tuple(self.entries())
 
-    def load_errors(self) -> list[tuple[str, str]]:
-        """Plugins that failed to import: ``(entry point, error)``."""
+    def load_problems(self) -> list[Problem]:
+        """Each plugin that failed to import, as a problem naming its entry point."""
         self._load()
-        return list(self._load_errors)
+        return [
+            Problem(
+                f"entry point {self.group}:{ep.name}",
+                ep.value,
+                f"the {self.what} plugin failed to import: {error}",
+                fix(note=f"repair or uninstall the package that provides '{ep.value}'"),
+                Kind.plugin,
+            )
+            for ep, error in self._load_errors
+        ]
 
     def get(self, name: Any) -> T | None:
         """The entry registered as ``name`` (a string, or an Enum by its name), or None."""

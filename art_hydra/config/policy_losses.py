@@ -67,8 +67,10 @@ class PolicyLoss:
     module: str
 
 
-_REGISTRY: PluginRegistry[PolicyLoss] = PluginRegistry(ENTRY_POINT_GROUP, BUILTIN_MODULES)
-_losses = _REGISTRY.registered
+REGISTRY: PluginRegistry[PolicyLoss] = PluginRegistry(
+    ENTRY_POINT_GROUP, BUILTIN_MODULES, "policy loss"
+)
+_losses = REGISTRY.registered
 
 
 def register_policy_loss(
@@ -112,24 +114,19 @@ def register_policy_loss(
 
 def policy_losses() -> dict[str, PolicyLoss]:
     """Every registered loss by name (built-ins first, then plugins, in load order)."""
-    return _REGISTRY.entries()
+    return REGISTRY.entries()
 
 
 def policy_loss_names() -> tuple[str, ...]:
     """The names ``rl.loss_type`` accepts."""
-    return _REGISTRY.names()
-
-
-def policy_loss_load_errors() -> list[tuple[str, str]]:
-    """Loss plugins that failed to import: ``(entry point, error)``."""
-    return _REGISTRY.load_errors()
+    return REGISTRY.names()
 
 
 def get_policy_loss(name: Any) -> PolicyLoss | None:
     """The loss registered as ``name`` (a string, or an Enum by its name), or None."""
-    return _REGISTRY.get(name)
+    return REGISTRY.get(name)
 
 
 def nearest_policy_loss(name: str) -> str | None:
     """The registered name closest to ``name`` (same letters in another case first)."""
-    return _REGISTRY.nearest(name)
+    return REGISTRY.nearest(name)

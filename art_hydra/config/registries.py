@@ -7,26 +7,32 @@ table, ``--help`` and the JSON Schema list the names registered when they are ge
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any
 
-from art_hydra.config.advantage_estimators import advantage_estimator_names
-from art_hydra.config.backends import backend_names
-from art_hydra.config.policy_losses import policy_loss_names
+from art_hydra.config import advantage_estimators, backends, policy_losses
+from art_hydra.config.plugin_registry import PluginRegistry
+from art_hydra.config.problems import Problem
 
-#: Registry -> (what one entry is, in words; the names registered now).
-REGISTRIES: dict[str, tuple[str, Callable[[], tuple[str, ...]]]] = {
-    "policy_loss": ("a registered policy loss", policy_loss_names),
-    "backend": ("a registered backend", backend_names),
-    "advantage_estimator": ("a registered advantage estimator", advantage_estimator_names),
+#: Registry name (as ``setting(..., registry=...)`` writes it) -> the registry.
+REGISTRIES: dict[str, PluginRegistry[Any]] = {
+    "policy_loss": policy_losses.REGISTRY,
+    "backend": backends.REGISTRY,
+    "advantage_estimator": advantage_estimators.REGISTRY,
 }
 
 
 def registered_names(registry: str) -> tuple[str, ...]:
     """The names registered in ``registry`` (plugins loaded)."""
-    return REGISTRIES[registry][1]()
+    return REGISTRIES[registry].names()
 
 
 def describe_registry(registry: str) -> str:
     """The key's limits in words: "a registered policy loss (ppo_clip, cispo)"."""
-    word, _ = REGISTRIES[registry]
-    return f"{word} ({', '.join(registered_names(registry))})"
+    entries = REGISTRIES[registry]
+    return f"a registered {entries.what} ({', '.join(entries.names())})"
+
+
+def load_problems() -> list[Problem]:
+    """The plugins of these registries that failed to import: a loss, backend or
+    estimator a user installed is named when it is missing, whichever key is set."""
+    return [p for entries in REGISTRIES.values() for p in entries.load_problems()]

@@ -20,7 +20,7 @@ from contextvars import ContextVar
 from omegaconf import DictConfig
 
 from art_hydra.config import run_files
-from art_hydra.config.backends import Backend, backend_load_errors, backends, get_backend
+from art_hydra.config.backends import Backend, backends, get_backend
 from art_hydra.config.eval_rules import PREFIX as EVAL_PREFIX  # registers the eval rules
 from art_hydra.config.eval_rules import objective_problem as eval_objective_problem
 from art_hydra.config.fields import default
@@ -592,22 +592,13 @@ def _default_backend(backend: Backend) -> Backend:
 
 
 @validator
-def backend_plugins_import(cfg: DictConfig) -> Iterator[Problem]:
-    """A backend or advantage-estimator plugin (``art_hydra.backends``,
-    ``art_hydra.advantage_estimators`` entry points) that failed to import is named, not
-    silently left out of the choices."""
-    from art_hydra.config.advantage_estimators import advantage_estimator_load_errors
+def plugins_import(cfg: DictConfig) -> Iterator[Problem]:
+    """A policy-loss, backend or advantage-estimator plugin (``art_hydra.policy_losses``,
+    ``art_hydra.backends``, ``art_hydra.advantage_estimators`` entry points) that failed
+    to import is named, not silently left out of the choices."""
+    from art_hydra.config.registries import load_problems
 
-    failed = [("backend", *e) for e in backend_load_errors()]
-    failed += [("advantage-estimator", *e) for e in advantage_estimator_load_errors()]
-    for what, where, error in failed:
-        yield Problem(
-            f"entry point {where.partition('=')[0]}",
-            where.partition("=")[2],
-            f"the {what} plugin failed to import: {error}",
-            fix(note="repair or uninstall the package that provides it"),
-            Kind.plugin,
-        )
+    yield from load_problems()
 
 
 @validator

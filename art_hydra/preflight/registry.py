@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any
 
+from art_hydra.config.plugin_registry import PluginRegistry
 from art_hydra.config.problems import Kind, Problem, fix
 
 #: Entry-point group through which other packages contribute world checks.
@@ -46,9 +46,8 @@ class WorldCheck:
         return getattr(self.fn, "__module__", "").startswith("art_hydra.")
 
 
-_checks: dict[str, WorldCheck] = {}
-_loaded = False
-_plugin_problems: list[Problem] = []
+#: art_hydra's checks register when :mod:`art_hydra.preflight` loads; plugins on first use.
+REGISTRY: PluginRegistry[WorldCheck] = PluginRegistry(ENTRY_POINT_GROUP, (), "world-check")
 
 
 def world_check(
@@ -63,7 +62,7 @@ def world_check(
 
     def register(f: CheckFn) -> CheckFn:
         key = name or f"{f.__module__}.{f.__qualname__}"
-        _checks[key] = WorldCheck(key, f, tuple(reads), devices)
+        REGISTRY.registered[key] = WorldCheck(key, f, tuple(reads), devices)
         return f
 
     return register(fn) if fn is not None else register
@@ -71,34 +70,12 @@ def world_check(
 
 def registered_world_checks() -> dict[str, WorldCheck]:
     """Built-in and plugin world checks, in registration order (plugins loaded once)."""
-    _load_plugins()
-    return dict(_checks)
+    return REGISTRY.entries()
 
 
 def plugin_problems() -> list[Problem]:
     """World-check plugins that failed to import, as problems."""
-    _load_plugins()
-    return list(_plugin_problems)
-
-
-def _load_plugins() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            ep.load()
-        except Exception as exc:  # a broken plugin must not silently stop checking
-            _plugin_problems.append(
-                Problem(
-                    f"entry point {ENTRY_POINT_GROUP}:{ep.name}",
-                    ep.value,
-                    f"the world-check plugin failed to import: {type(exc).__name__}: {exc}",
-                    fix(note=f"repair or uninstall the package that provides '{ep.value}'"),
-                    Kind.plugin,
-                )
-            )
+    return REGISTRY.load_problems()
 
 
 def crashed(check: WorldCheck, exc: Exception) -> Problem:
