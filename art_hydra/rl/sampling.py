@@ -139,7 +139,7 @@ def _last_logits_only(model: Any) -> dict[str, int]:
     return {"logits_to_keep": 1} if "logits_to_keep" in keywords else {}
 
 
-class _Bound:
+class _RolloutDeadline:
     """The rollout deadline, checked between decoding steps."""
 
     def __init__(self, timeout_s: float | None) -> None:
@@ -179,10 +179,10 @@ def sample(
     explicit positions. Without it (models whose convolutional or recurrent layers would
     run through the padding), prompts are batched by length, which needs no padding.
     """
-    bound = _Bound(timeout_s)
+    deadline = _RolloutDeadline(timeout_s)
     if left_padding or len({len(p) for p in prompts}) == 1:
         return _sample_batch(
-            model, prompts, max_new_tokens, settings, stop_ids, pad_id, generator, bound
+            model, prompts, max_new_tokens, settings, stop_ids, pad_id, generator, deadline
         )
     by_length: dict[int, list[int]] = {}
     for index, prompt in enumerate(prompts):
@@ -193,7 +193,7 @@ def sample(
         group = [prompts[i] for i in indices]
         try:
             tokens, values = _sample_batch(
-                model, group, max_new_tokens, settings, stop_ids, pad_id, generator, bound
+                model, group, max_new_tokens, settings, stop_ids, pad_id, generator, deadline
             )
         except InvalidDistributionError as exc:  # name the completions as the caller does
             raise exc.remapped(indices, len(prompts)) from None
@@ -400,7 +400,7 @@ def _sample_batch(
     stop_ids: tuple[int, ...],
     pad_id: int,
     generator: torch.Generator,
-    bound: _Bound,
+    deadline: _RolloutDeadline,
 ) -> tuple[list[list[int]], list[list[float]]]:
     """One batch of prompts, left-padded to the longest (see :func:`sample`).
 
@@ -421,7 +421,7 @@ def _sample_batch(
     logprobs: list[torch.Tensor] = []
     position = positions[:, -1:]
     for generated in range(max_new_tokens):
-        bound.check(generated, max_new_tokens)
+        deadline.check(generated, max_new_tokens)
         logp = torch.log_softmax(logprob_logits(logits, settings), dim=-1)
         draw = (
             torch.log_softmax(process_logits(logits, settings), -1) if settings.truncates else logp
