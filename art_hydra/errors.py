@@ -108,3 +108,13 @@ class InvalidDistributionError(RunStopped):
 def _listed(rows: list[int], shown: int = 8) -> str:
     text = ", ".join(str(r) for r in rows[:shown])
     return text + (", ..." if len(rows) > shown else "")
+
+
+class ResumeError(CompactHydraException, FileNotFoundError):
+    """``resume=true`` found nothing to resume from (a user's mistake: no traceback)."""
+
+
+class RunFolderBusy(ResumeError):
+    """Another live process holds the run folder's lock: one run per folder (a report,
+    no traceback). A :class:`ResumeError` only so that code which caught that for this
+    case, as it was raised before, still catches it."""

@@ -113,7 +113,7 @@ class Evaluator:
     @classmethod
     def for_run(cls, cfg: RunConfig, producer: Any, loaded: Any, world: Any) -> Evaluator | None:
         """The run's evaluator (None with evaluation off): its data and rewards come
-        from the producer's task as :func:`art_hydra.run.build_trainer_and_producer`
+        from the producer's task as :func:`art_hydra.recipe.build_trainer_and_producer`
         split it."""
         if not enabled(cfg):
             return None

@@ -28,7 +28,7 @@ def _dtype_name(dtype: Any) -> str:
 
 def model_line(parameters: str, model: Any) -> str:
     """The model, its family, and what of it trains (``parameters``: the run's
-    :func:`art_hydra.run.parameter_line`)."""
+    :func:`art_hydra.recipe.parameter_line`)."""
     config = getattr(model, "config", None)
     family = getattr(config, "model_type", None) or "unknown"
     return f"{parameters}; family {family}"

@@ -23,7 +23,7 @@ import time
 
 from art_hydra import compose
 from art_hydra.queue import StepChannel, StepWork
-from art_hydra.run import build_trainer_and_producer
+from art_hydra.recipe import build_trainer_and_producer
 
 
 def main() -> None:

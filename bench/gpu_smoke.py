@@ -114,7 +114,7 @@ def one_side(folder: str, backend: str, steps: int, variant: str | None) -> dict
     import torch
 
     from art_hydra.queue import StepChannel, StepWork
-    from art_hydra.run import build_trainer_and_producer
+    from art_hydra.recipe import build_trainer_and_producer
 
     trainer, producer = build_trainer_and_producer(cfg)
     cuda = trainer.loaded.device.type == "cuda"

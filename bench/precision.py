@@ -31,7 +31,7 @@ from family_models import FAMILIES, load_family, save_family
 from art_hydra import compose
 from art_hydra.backends.torch_backend import rounded_away_share
 from art_hydra.queue import StepWork
-from art_hydra.run import build_trainer_and_producer
+from art_hydra.recipe import build_trainer_and_producer
 
 PRECISIONS = {
     "float32": ["model.dtype=float32"],

@@ -179,12 +179,12 @@ def test_overrides_become_typed_hparams() -> None:
 
 
 def test_the_catalogue_names_every_metric_a_step_records() -> None:
-    """run._step_metrics writes exactly the catalogue's metrics (plus the step)."""
+    """recipe._step_metrics writes exactly the catalogue's metrics (plus the step)."""
     import inspect
 
-    from art_hydra import run
+    from art_hydra import recipe
 
-    source = inspect.getsource(run._step_metrics)
+    source = inspect.getsource(recipe._step_metrics)
     for name in STEP_METRICS:
         assert f'"{name}"' in source, name
     assert set(AUTO_METRIC) == set(AlgorithmName)

@@ -58,7 +58,7 @@ def test_rl_evaluates_held_out_prompts_and_trains_as_without_evaluating(tmp_path
 
 
 def test_held_out_prompts_never_reach_the_producer() -> None:
-    from art_hydra.run import build_trainer_and_producer
+    from art_hydra.recipe import build_trainer_and_producer
 
     cfg = compose([*QUICK, "eval.fraction=0.125"])
     _, producer = build_trainer_and_producer(cfg)

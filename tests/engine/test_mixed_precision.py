@@ -19,7 +19,7 @@ from art_hydra import compose, train
 from art_hydra.backends.torch_backend import HalfWeightsError, rounded_away_share
 from art_hydra.metrics import read_metrics
 from art_hydra.queue import StepWork
-from art_hydra.run import build_trainer_and_producer
+from art_hydra.recipe import build_trainer_and_producer
 
 pytestmark = pytest.mark.slow
 

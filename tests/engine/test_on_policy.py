@@ -21,13 +21,13 @@ from conftest_model import tiny
 from family_models import FAMILIES, load_family, save_family
 
 from art_hydra.queue import StepWork
+from art_hydra.recipe import build_trainer_and_producer
 from art_hydra.rl.losses import (
     PolicyLossSettings,
     policy_loss,
     sampling_mismatch,
     truncated_importance_weight,
 )
-from art_hydra.run import build_trainer_and_producer
 
 pytestmark = pytest.mark.slow
 

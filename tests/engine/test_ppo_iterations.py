@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from art_hydra import compose, train
 from art_hydra.metrics import read_metrics
-from art_hydra.run import build_trainer_and_producer
+from art_hydra.recipe import build_trainer_and_producer
 
 pytestmark = pytest.mark.slow
 

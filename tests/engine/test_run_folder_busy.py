@@ -1,5 +1,5 @@
 """A run folder whose lock another holder keeps is refused with its own exception,
-:class:`~art_hydra.run.RunFolderBusy`, before anything is trained or written; it stays a
+:class:`~art_hydra.errors.RunFolderBusy`, before anything is trained or written; it stays a
 ``ResumeError`` (what this case raised before) so earlier ``except`` clauses still catch
 it. The CLI's side (exit status 1, the message, no traceback) is
 tests/reliability/test_one_run_per_folder.py."""
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from art_hydra import compose
-from art_hydra.run import ResumeError, RunFolderBusy, run_validated
+from art_hydra.errors import ResumeError, RunFolderBusy
+from art_hydra.run import run_validated
 from art_hydra.run_folder import RunLock
 
 

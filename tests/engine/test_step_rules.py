@@ -16,7 +16,7 @@ from family_models import CAPACITY, build_family
 from art_hydra import compose, train
 from art_hydra.metrics import read_metrics
 from art_hydra.queue import StepWork
-from art_hydra.run import build_trainer_and_producer
+from art_hydra.recipe import build_trainer_and_producer
 from art_hydra.trainer import (
     DECAY_RULE,
     LEGACY_DECAY_RULE,

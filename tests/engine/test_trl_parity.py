@@ -30,8 +30,8 @@ from art_hydra import compose, train
 from art_hydra.metrics import read_metrics
 from art_hydra.packing import PACKED, Sequence, pack
 from art_hydra.producer import MiniBatch
+from art_hydra.recipe import build_trainer_and_producer
 from art_hydra.rl.losses import PolicyLossSettings, policy_loss
-from art_hydra.run import build_trainer_and_producer
 
 
 def trl_normalizer(
