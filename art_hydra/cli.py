@@ -108,15 +108,12 @@ def _as_job(run: Any) -> Any:
     """Run a job's work: a user's mistake or a known stop ends it with its report alone
     (in a sweep it goes back to the sweeper, in another process under joblib or
     submitit, which reports it)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    from art_hydra.run_folder import discard_hydra_record
+    from art_hydra.run_folder import discard_hydra_record, in_sweep
 
     try:
         return run()
     except CompactHydraException as exc:
-        sweep = HydraConfig.get().mode == RunMode.MULTIRUN
-        if full_error() or (sweep and not isinstance(exc, Interrupted)):
+        if full_error() or (in_sweep() and not isinstance(exc, Interrupted)):
             raise
         report_and_exit(exc)
     finally:

@@ -161,13 +161,12 @@ def continue_sweep_command() -> str | None:
     the first job starts; a job's own overrides hold only its point) with ``resume=auto``
     and the sweep's folder, shell-quoted. None outside a sweep, or without that file."""
     from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
     from omegaconf import OmegaConf
 
     from art_hydra.config.run_files import SWEEP_FILES
-    from art_hydra.run_folder import read_record
+    from art_hydra.run_folder import in_sweep, read_record
 
-    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+    if not in_sweep():
         return None
     sweep_dir = Path(str(HydraConfig.get().sweep.dir)).resolve()
     try:

@@ -28,6 +28,9 @@ from art_hydra.config.problems import (
 )
 from art_hydra.config.trust import outside_code_report
 from art_hydra.config.typed import typed_config
+
+# ResumeError stays importable from here, where it was defined before errors.py held it.
+from art_hydra.errors import ResumeError as ResumeError
 from art_hydra.errors import RunFolderBusy, RunStopped
 from art_hydra.result import (
     DONE,

@@ -45,7 +45,7 @@ class PluginRegistry(Generic[T]):
         #: from inside a registration would import the registering module again).
         self.registered: dict[str, T] = {}
         self._loaded = False
-        #: Entry points that failed to import: (entry point, its target, the error).
+        #: Entry points that failed to import, each with its error (type and message).
         self._load_errors: list[tuple[EntryPoint, str]] = []
 
     def _load(self) -> None:

@@ -28,11 +28,11 @@ def registered_names(registry: str) -> tuple[str, ...]:
 
 def describe_registry(registry: str) -> str:
     """The key's limits in words: "a registered policy loss (ppo_clip, cispo)"."""
-    entries = REGISTRIES[registry]
-    return f"a registered {entries.what} ({', '.join(entries.names())})"
+    named = REGISTRIES[registry]
+    return f"a registered {named.what} ({', '.join(named.names())})"
 
 
 def load_problems() -> list[Problem]:
     """The plugins of these registries that failed to import: a loss, backend or
     estimator a user installed is named when it is missing, whichever key is set."""
-    return [p for entries in REGISTRIES.values() for p in entries.load_problems()]
+    return [p for named in REGISTRIES.values() for p in named.load_problems()]

@@ -41,10 +41,10 @@ def _adopt(ep: EntryPoint, obj: Any) -> None:
         validator(obj, name=f"{ep.name}:{ep.value}")
 
 
-#: art_hydra's validators register when :mod:`art_hydra.config.validators` and the modules
-#: it imports load; plugins on first use.
+#: art_hydra's validators register as :mod:`art_hydra.config.validators` (and the modules
+#: it imports) load, first; plugins on first use, after them.
 REGISTRY: PluginRegistry[ValidatorFn] = PluginRegistry(
-    ENTRY_POINT_GROUP, (), "validator", adopt=_adopt
+    ENTRY_POINT_GROUP, ("art_hydra.config.validators",), "validator", adopt=_adopt
 )
 
 

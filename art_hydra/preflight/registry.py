@@ -46,8 +46,11 @@ class WorldCheck:
         return getattr(self.fn, "__module__", "").startswith("art_hydra.")
 
 
-#: art_hydra's checks register when :mod:`art_hydra.preflight` loads; plugins on first use.
-REGISTRY: PluginRegistry[WorldCheck] = PluginRegistry(ENTRY_POINT_GROUP, (), "world-check")
+#: art_hydra's checks register as :mod:`art_hydra.preflight` loads, first; plugins on first
+#: use, after them.
+REGISTRY: PluginRegistry[WorldCheck] = PluginRegistry(
+    ENTRY_POINT_GROUP, ("art_hydra.preflight",), "world-check"
+)
 
 
 def world_check(
