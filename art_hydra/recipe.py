@@ -135,12 +135,13 @@ def train_in_folder(
     run_dir: Path,
     stop: Any,
     world: Any,
-    record: JobRecord | None = None,
-    typed: RunConfig | None = None,
+    record: JobRecord | None,
+    typed: RunConfig,
 ) -> dict[str, Any]:
     """The run in its locked folder, as a recipe: set up (resuming where asked), train,
     close the channel and the record whatever happened, then clean up (a stop's report,
-    or the finished run's summary)."""
+    or the finished run's summary). ``typed``: ``cfg`` as dataclass objects, made once by
+    the caller."""
     recipe = TrainingRecipe(cfg, run_dir, stop, world, record, typed)
     recipe.setup()
     try:
@@ -173,14 +174,14 @@ class TrainingRecipe:
         stop: Any,
         world: Any,
         record: JobRecord | None,
-        typed: RunConfig | None = None,
+        typed: RunConfig,
     ) -> None:
         from art_hydra.ranks import coordinator_for
 
         self.cfg, self.run_dir, self.world, self.record = cfg, run_dir, world, record
         #: ``cfg`` as dataclass objects: the builders take its sections. ``self.cfg`` stays
         #: for what is written or compared as the DictConfig (run_config.yaml, identity, resume).
-        self.run = typed if typed is not None else typed_config(cfg)
+        self.run = typed
         self.stop = stop  # the signals' stop request (interrupts.StopRequest)
         self.sample_and_score_s = _sample_and_score_s(self.run)
         run = self.run
