@@ -4,6 +4,8 @@ Importing the package is cheap (hydra and omegaconf only); torch and the model
 libraries are imported inside the code that trains.
 """
 
+# First: under the command, nothing below may come from the working folder (data).
+from art_hydra import import_path as _import_path  # noqa: F401
 from art_hydra import interrupts as _interrupts
 
 if _interrupts.launched_as_command():  # first: a signal during the imports below exits cleanly

@@ -152,7 +152,7 @@ class Checkpointer:
                 raise UnsafePath(
                     f"{path} (checkpoint.dir={self.cfg.dir}) is a {kind}, not a folder of the "
                     "run: checkpoints would be written and pruned through it, outside the run "
-                    "folder. Remove it, or choose a fresh run folder (hydra.run.dir=...)."
+                    "folder. Choose a fresh run folder (hydra.run.dir=...), or move it aside."
                 )
 
     def due(self, step: int, max_steps: int) -> bool:
@@ -226,14 +226,14 @@ class Checkpointer:
         if entry_kind(final) not in (None, "folder"):
             raise UnsafePath(
                 f"{final} is a {entry_kind(final)}, not a checkpoint this run wrote; it is left "
-                "alone. Remove it, or choose a fresh run folder (hydra.run.dir=...)."
+                "alone. Choose a fresh run folder (hydra.run.dir=...), or move it aside."
             )
         try:
             os.mkdir(tmp)  # exclusively: never into something already there
         except FileExistsError:
             raise UnsafePath(
                 f"{tmp} is in the way (a {entry_kind(tmp)} art_hydra did not leave); it is "
-                "left alone. Remove it, then resume."
+                "left alone. Move it aside, then resume."
             ) from None
         loaded.save_weights(tmp)
         state_dir = tmp / STATE_DIR

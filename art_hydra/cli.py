@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import hydra
@@ -39,6 +41,7 @@ from art_hydra.config.problems import ConfigValidationError, format_report
 from art_hydra.config.store import register_configs
 from art_hydra.config.trust import Hand, by_hand, hand_of, outside_code_report, trust_problems
 from art_hydra.errors import Interrupted, full_error
+from art_hydra.import_path import import_named_from
 from hydra_plugins.art_hydra_preflight import register_sweeper, wrap_launchers
 
 
@@ -81,8 +84,14 @@ def hydra_main(cfg: DictConfig) -> Any:
 
 
 def _train_composed(cfg: DictConfig) -> Any:
+    from hydra.core.hydra_config import HydraConfig
+
     from art_hydra.run import train
 
+    # A sweep's job may run in another process (joblib, submitit): the modules its own
+    # command line names come from the folder the sweep was launched in, as for a run.
+    hydra_cfg = HydraConfig.get()
+    _import_named_from_working_folder(list(hydra_cfg.overrides.task), hydra_cfg.runtime.cwd)
     hand = _job_hand()
     refused = trust_problems(cfg, hand)  # (a sweep's points were checked before it started)
     if refused:
@@ -189,7 +198,6 @@ def main() -> None:
     SWEEP_DIR`` summarises a sweep folder instead (:mod:`art_hydra.sweep_summary`);
     ``art-hydra export`` and ``art-hydra generate`` export and try a trained model
     (:mod:`art_hydra.export`, :mod:`art_hydra.generate`)."""
-    _working_folder_on_path()
     if sys.argv[1:2] == ["summarize"]:
         from art_hydra.sweep_summary import main as summarize
 
@@ -202,6 +210,7 @@ def main() -> None:
         command = export if sys.argv[1] == "export" else generate
         sys.exit(command.main(sys.argv[2:]))
     interrupts.exit_on_signals()
+    _import_named_from_working_folder(sys.argv[1:], os.getcwd())
     try:
         _main()
     except KeyboardInterrupt:
@@ -213,19 +222,66 @@ def main() -> None:
         sys.exit(130)
 
 
-def _working_folder_on_path() -> None:
-    """Put the working folder last on ``sys.path``, so modules there can be named.
+#: The keys whose value names code (a dotted path) the user may keep in the working
+#: folder: a reward, a generator, ``task.allowed_modules``, any ``_target_`` set by hand.
+_CODE_KEY = re.compile(
+    r"^(task\.generator|task\.reward|task\.allowed_modules(\.\d+)?"
+    r"|(task|hydra)(\.[^.]+)*\._target_)$"
+)
+
+
+def named_modules(overrides: list[str]) -> set[str]:
+    """The top-level modules ``overrides`` name as code (``task.reward._target_=m.f``,
+    ``'task.rewards=[{_target_: m.f}]'``, ``task.allowed_modules=[m]``, a sweep over
+    several): the only modules the working folder may provide."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    names: set[str] = set()
+    for text in overrides:
+        try:
+            override = parser.parse_override(text)
+            values = (
+                list(override.sweep_string_iterator())
+                if override.is_sweep_override()
+                else [override.value()]
+            )
+        except Exception:
+            continue  # composition reports it
+        if override.is_delete() or "/" in override.key_or_group:
+            continue
+        for value in values:
+            for key, leaf in _leaves(override.key_or_group, value):
+                if isinstance(leaf, str) and _CODE_KEY.match(key):
+                    # A sweeper's params hold "a.f,b.g"; a dotted path has no comma.
+                    names.update(p.strip().partition(".")[0] for p in leaf.split(","))
+    return {n for n in names if n.isidentifier()}
+
+
+def _leaves(key: str, value: Any) -> Iterator[tuple[str, Any]]:
+    """Each leaf of an override's value with its full key (list items by index)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(f"{key}.{k}", v)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _leaves(f"{key}.{i}", v)
+    else:
+        yield key, value
+
+
+def _import_named_from_working_folder(overrides: list[str], folder: str) -> None:
+    """Make the modules the command line names importable from the working folder.
 
     A console script's ``sys.path[0]`` is its own folder (the environment's ``bin``), so
-    ``art-hydra task.reward._target_=my_rewards.score`` could not import the
-    ``my_rewards.py`` beside the user's data. Last, not first (``python -m`` puts it
-    first): a ``jinja2.py`` or ``datasets.py`` lying in the folder must not replace the
-    library art_hydra imports later, which would run it unmarked and unchosen. Trust does
-    not widen: which functions may run is still decided by the markers and the user's
-    hand (:mod:`art_hydra.config.targets`)."""
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.append(cwd)
+    without this ``art-hydra task.reward._target_=my_rewards.score`` could not import the
+    ``my_rewards.py`` beside the user's data. Only the named modules, and after every
+    installed one: the folder itself is never on the import path
+    (:mod:`art_hydra.import_path`), so a ``yaml.py``, a ``hydra_plugins/`` or a
+    ``*.dist-info`` lying there stays data. Trust does not widen: which functions may run
+    is still decided by the markers and the user's hand
+    (:mod:`art_hydra.config.targets`)."""
+    import_named_from(folder, named_modules(overrides))
 
 
 def _main() -> None:
@@ -244,17 +300,16 @@ def _main() -> None:
         or args.shell_completion
         or args.experimental_rerun  # Hydra's own: a pickled config, run as it was
     )
-    primary = args.config_path
-    # A relative -cp is resolved by Hydra against this module; leave that to the job check.
-    checkable = primary is None or primary.startswith("pkg://") or os.path.isabs(primary)
-    if not passthrough and checkable:
+    if args.config_path is not None and not (
+        args.config_path.startswith("pkg://") or os.path.isabs(args.config_path)
+    ):  # a relative -cp is read against this module, as Hydra's entry point reads it
+        args.config_path = hydra_compat.primary_search_dir(args.config_path, __name__)
+    if not passthrough:
         precheck = _precheck(args)
         if precheck is not None:  # a single run, checked: it runs from that composition
             checked, loader = precheck
             _run_checked(checked, loader, args)
             return
-    elif not passthrough:
-        _refuse_an_unchecked_launch(str(primary))
     register_sweeper()  # after the check: Hydra's plugin scan imports every launcher
     wrap_launchers()
     hydra_main()
@@ -360,21 +415,6 @@ def _refuse_a_sweep_under_torchrun(result: Composition) -> None:
                 Kind.override,
             )
         )
-
-
-def _refuse_an_unchecked_launch(primary: str) -> None:
-    """Under torchrun the ranks must share one run folder, which rank 0 decides from the
-    checked config; a relative -cp is resolved by Hydra alone, rank by rank."""
-    from art_hydra.config.validators import torchrun_world_size
-
-    if (torchrun_world_size() or 1) > 1:
-        sys.stderr.write(
-            f"--config-path {primary}: under torchrun the config path must be absolute "
-            "(or pkg://...), so the ranks can agree on one run folder before Hydra starts "
-            "(Hydra reads a relative one against its own module); give the absolute path "
-            "of your config folder, or add it with --config-dir\n"
-        )
-        sys.exit(1)
 
 
 def _asks_for_a_sweep(overrides: list[str]) -> bool:

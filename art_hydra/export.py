@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from art_hydra.config import secrets
 from art_hydra.config.run_files import EXPORT
 from art_hydra.trained import (
     ADAPTER_BASE,
@@ -76,7 +77,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--trust-remote-code",
         action="store_true",
-        help="allow a base model's own code (needed only if the run's model needed it)",
+        help="allow the model's own code (auto_map), if the run's model needed it; a run "
+        "folder's config never allows it",
     )
     return p
 
@@ -164,6 +166,7 @@ def export(
             f"--adapter: {source.run_dir} trained every weight (model.finetune=full), so it "
             "has no adapter; export it without --adapter"
         )
+    trained_mod.remote_code_refusal(source, trust_remote_code)  # only the flag allows it
     out = Path(out_dir).expanduser()
     check_out_dir(out, source, force)
     loaded = trained_mod.load(source, trust_remote_code=trust_remote_code)
@@ -178,13 +181,13 @@ def export(
         else:
             method = _write_merged(loaded, tmp, target)
         record = _record(source, method, target, adapter)
-        write_json(tmp / EXPORT_RECORD, record)
+        write_json(tmp / EXPORT_RECORD, secrets.scrub_data(record))  # no value read from env
         _replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     record["seconds"] = time.perf_counter() - started
-    record["message"] = _next_steps(out, source, adapter, record["seconds"])
+    record["message"] = secrets.scrub(_next_steps(out, source, adapter, record["seconds"]))
     return record
 
 

@@ -14,16 +14,21 @@ transformers' own encoding on tiny folders.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import json
-from collections.abc import Sequence
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from art_hydra.model_files import FolderError, read_json_file
-from art_hydra.safe_paths import file_refusal
+from art_hydra.model_files import CONFIG_MAX_BYTES, FolderError, read_json_file
+from art_hydra.safe_paths import file_refusal, open_regular
 
 #: transformers' named special tokens (``SPECIAL_TOKENS_ATTRIBUTES``), passed to the
 #: chat template as variables.
@@ -38,6 +43,25 @@ NAMED_SPECIALS = (
 )
 #: Where a folder keeps its chat template, newest layout first.
 TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
+#: The largest tokenizer.json loaded (real ones are a few to a few dozen megabytes).
+TOKENIZER_MAX_BYTES = 256 << 20
+#: Seconds one prompt's rendering may take: real chat templates take milliseconds.
+RENDER_SECONDS = 2.0
+#: Characters a rendered prompt, or any string or list a template builds, may reach.
+RENDER_MAX_CHARS = 64 << 20
+#: Memory one render may add to the process (Linux, as address space): a template that
+#: doubles a string in a loop meets MemoryError instead of exhausting the machine.
+RENDER_MAX_BYTES = 2 << 30
+
+
+class TemplateOverrun(Exception):
+    """The chat template did not finish one prompt within :data:`RENDER_SECONDS` or grew
+    past :data:`RENDER_MAX_CHARS`: the template is the cause, not the data."""
+
+
+class _Deadline(BaseException):
+    """Raised inside the rendering thread when its time is up (a BaseException, so no
+    ``except Exception`` on the way, jinja2's own included, swallows it)."""
 
 
 def _content(value: Any) -> str | None:
@@ -57,6 +81,8 @@ class FolderTokenizer:
     chat_template: str | None
     #: Every added token's text (special or not), which the tokenizer matches literally.
     added: tuple[str, ...] = field(default_factory=tuple)
+    #: The file the chat template was read from (for messages).
+    template_file: str = "tokenizer_config.json"
 
     def token_id(self, name: str) -> int | None:
         """The id of a named special token (``eos_token``), or None."""
@@ -74,12 +100,39 @@ class FolderTokenizer:
         assert self.chat_template is not None
         template = _compiled(self.chat_template)
         chat = [{"role": role, "content": content} for role, content in messages]
-        return template.render(
-            messages=chat,
-            tools=None,
-            documents=None,
-            add_generation_prompt=True,
-            **self.specials,
+        variables = dict(
+            messages=chat, tools=None, documents=None, add_generation_prompt=True, **self.specials
+        )
+
+        def pieces() -> str:
+            out: list[str] = []
+            size = 0
+            for piece in template.generate(**variables):
+                size += len(piece)
+                if size > RENDER_MAX_CHARS:
+                    grew = f"grew past {RENDER_MAX_CHARS:,} characters"
+                    raise TemplateOverrun(self._overrun(grew))
+                out.append(piece)
+            return "".join(out)
+
+        try:
+            with _memory_cap(RENDER_MAX_BYTES):
+                return _within(RENDER_SECONDS, pieces)
+        except MemoryError:
+            raise TemplateOverrun(
+                self._overrun(f"needed more than {RENDER_MAX_BYTES >> 30} GiB of memory")
+            ) from None
+        except _Deadline:
+            raise TemplateOverrun(
+                self._overrun(f"did not finish within {RENDER_SECONDS:g} seconds")
+            ) from None
+        except _TooLarge as exc:
+            raise TemplateOverrun(self._overrun(str(exc))) from None
+
+    def _overrun(self, what: str) -> str:
+        return (
+            f"the chat template in {self.template_file} {what} rendering one prompt (real "
+            "templates take milliseconds): the template itself is the cause, not the data"
         )
 
     def prompt_ids(self, messages: Sequence[tuple[str, str]], text: str) -> list[int]:
@@ -105,6 +158,211 @@ def _compiled(template: str) -> Any:
     return _environment().from_string(template)
 
 
+class _TooLarge(Exception):
+    """A template built a string or list past :data:`RENDER_MAX_CHARS`."""
+
+
+class _Watchdog:
+    """One daemon thread that raises :class:`_Deadline` in a thread whose bounded work
+    outlives its deadline (``PyThreadState_SetAsyncExc``: a template's Python loops stop
+    wherever they are). One thread for every render, looking every :data:`POLL_S`
+    seconds while renders come and sleeping once none has come for a while: starting a
+    thread, or waking one, per prompt would cost more than most renders take."""
+
+    POLL_S = 0.25
+    IDLE_S = 10.0
+
+    def __init__(self) -> None:
+        self.lock = threading.Condition()
+        self.watched: tuple[int, float, int] | None = None  # (thread, deadline, token)
+        self.tokens = 0
+        self.last = 0.0
+        self.sleeping = True
+        self.thread: threading.Thread | None = None
+
+    def watch(self, seconds: float) -> int:
+        with self.lock:
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="template-deadline")
+                self.thread.daemon = True
+                self.thread.start()
+            self.tokens += 1
+            self.last = time.monotonic()
+            self.watched = (threading.get_ident(), self.last + seconds, self.tokens)
+            if self.sleeping:
+                self.sleeping = False
+                self.lock.notify()
+            return self.tokens
+
+    def done(self, token: int) -> None:
+        with self.lock:
+            if self.watched is not None and self.watched[2] == token:
+                self.watched = None
+
+    def _run(self) -> None:
+        with self.lock:
+            while True:
+                now = time.monotonic()
+                if self.watched is None and now - self.last > self.IDLE_S:
+                    self.sleeping = True
+                    self.lock.wait()
+                    continue
+                if self.watched is not None and now >= self.watched[1]:
+                    ident = self.watched[0]
+                    self.watched = None  # raised once, and only while the work still runs
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                        ctypes.c_ulong(ident), ctypes.py_object(_Deadline)
+                    )
+                self.lock.wait(self.POLL_S)
+
+
+_WATCHDOG = _Watchdog()
+
+
+def _within(seconds: float, work: Callable[[], str]) -> str:
+    """``work()`` in this thread, interrupted by :class:`_Deadline` once ``seconds`` pass
+    (:class:`_Watchdog`); the watch ends under its lock before ``work``'s result is
+    returned, so the exception is never raised in the code after it."""
+    token = _WATCHDOG.watch(seconds)
+    try:
+        try:
+            return work()
+        finally:
+            _WATCHDOG.done(token)
+    except _Deadline:
+        raise
+
+
+#: (when, bytes) of the last reading of the process's address space.
+_SPACE: list[tuple[float, int]] = []
+
+
+def _address_space() -> int:
+    """The process's address space in bytes (``/proc/self/statm``), read again at most
+    every quarter second: a render asks for every prompt. OSError where there is no
+    procfs."""
+    now = time.monotonic()
+    if not _SPACE or now - _SPACE[0][0] > 0.25:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            pages = int(statm.read().split()[0])
+        _SPACE[:] = [(now, pages * os.sysconf("SC_PAGE_SIZE"))]
+    return _SPACE[0][1]
+
+
+@contextlib.contextmanager
+def _memory_cap(extra: int) -> Any:
+    """Lower the process's address-space limit to what it uses now plus ``extra`` while
+    the block runs (Linux; elsewhere, or where the limit is already lower, nothing)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        cap = _address_space() + extra
+        if hard != resource.RLIM_INFINITY:
+            cap = min(cap, hard)
+        lowered = soft == resource.RLIM_INFINITY or soft > cap
+        if lowered:
+            resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    except (ImportError, OSError, ValueError):
+        lowered = False
+    try:
+        yield
+    finally:
+        if lowered:
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _sized(value: Any) -> None:
+    """Refuse a value a template built past :data:`RENDER_MAX_CHARS` (after a filter)."""
+    if isinstance(value, (str, list, tuple)) and len(value) > RENDER_MAX_CHARS:
+        raise _TooLarge(f"built a value of {len(value):,} items, more than {RENDER_MAX_CHARS:,}")
+
+
+#: Functions and filters whose output can be far larger than their inputs.
+_AMPLIFYING = frozenset(
+    {"replace", "join", "format", "format_map", "indent", "center", "ljust", "rjust", "zfill",
+     "expandtabs", "wordwrap"}
+)  # fmt: skip
+
+
+def _check_args(name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    """Refuse a call whose numbers or strings would make C code build a huge value before
+    any time check could run (``'x'.center(10**9)``, ``s|replace('a', big)``)."""
+    values = [*args, *kwargs.values()]
+    for value in values:
+        if isinstance(value, int) and abs(value) > RENDER_MAX_CHARS:
+            raise _TooLarge(f"called {name} with {value:,}, more than {RENDER_MAX_CHARS:,}")
+    if name.rpartition(" ")[2] not in _AMPLIFYING:
+        return
+    sizes = [len(v) for v in values if isinstance(v, (str, list, tuple))]
+    numbers = [abs(v) for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    inside = [
+        sum(len(x) for x in v if isinstance(x, str)) for v in values if isinstance(v, (list, tuple))
+    ]
+    digits = [int(d) for v in values if isinstance(v, str) for d in re.findall(r"\d{7,}", v)]
+    first = sizes[0] if sizes else 1
+    grown = first * max([*sizes[1:], *numbers, 1]) + sum(inside) + max(digits, default=0)
+    if grown > RENDER_MAX_CHARS:
+        raise _TooLarge(f"called {name} on values that would make more than {RENDER_MAX_CHARS:,}")
+
+
+def _binop(operator: str, left: Any, right: Any) -> None:
+    """Bound ``*`` (repetition), ``**`` and ``%`` (a format's width) before Python runs them."""
+    if operator == "*":
+        sizes = [len(v) for v in (left, right) if isinstance(v, (str, list, tuple))]
+        counts = [v for v in (left, right) if isinstance(v, int)]
+        if sizes and counts and sizes[0] * counts[0] > RENDER_MAX_CHARS:
+            raise _TooLarge(f"repeats a value to more than {RENDER_MAX_CHARS:,} items")
+    elif operator == "**" and isinstance(left, int) and isinstance(right, int):
+        if abs(left) > 1 and right * max(abs(left).bit_length(), 1) > 4096:
+            raise _TooLarge(f"raises {left} to the power {right}")
+    elif operator == "%" and isinstance(left, str):
+        widths = re.findall(r"%[^a-zA-Z%]*?(\d{6,})", left)
+        if any(int(w) > RENDER_MAX_CHARS for w in widths):
+            raise _TooLarge(f"formats with a width past {RENDER_MAX_CHARS:,}")
+
+
+def _bounded_sandbox() -> Any:
+    """jinja2's immutable sandbox with the calls and operators whose C code could build a
+    huge value checked first (a template's time is bounded by :func:`_within`)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Bounded(ImmutableSandboxedEnvironment):
+        """Calls and operators whose C code could build a huge value are checked first."""
+
+        intercepted_binops = frozenset({"*", "**", "%"})
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+            name = getattr(__obj, "__name__", "a function")
+            _check_args(name, args, kwargs)
+            # A method's own object: str.format comes wrapped by the sandbox.
+            owner = getattr(__obj, "__self__", None)
+            owner = getattr(getattr(__obj, "__wrapped__", None), "__self__", owner)
+            if owner is not None:
+                _check_args(name, (owner, *args), {})
+            found = super().call(__context, __obj, *args, **kwargs)
+            _sized(found)
+            return found
+
+        def getattr(self, obj: Any, attribute: str) -> Any:
+            found = super().getattr(obj, attribute)
+            _sized(found)  # a namespace's string doubled by ``~`` in a loop
+            return found
+
+        def getitem(self, obj: Any, argument: Any) -> Any:
+            found = super().getitem(obj, argument)
+            _sized(found)
+            return found
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            _binop(operator, left, right)
+            found = super().call_binop(context, operator, left, right)
+            _sized(found)
+            return found
+
+    return Bounded
+
+
 _ENV: list[Any] = []
 
 
@@ -114,7 +372,6 @@ def _environment() -> Any:
         return _ENV[0]
     import jinja2
     import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class Generation(jinja2.ext.Extension):
         """``{% generation %}`` blocks render their body (transformers tracks them for
@@ -145,15 +402,31 @@ def _environment() -> Any:
             x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
         )
 
-    env = ImmutableSandboxedEnvironment(
+    env = _bounded_sandbox()(
         trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols]
     )
+    env.filters = {name: _bounded_filter(name, f) for name, f in env.filters.items()}
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     env.globals["dict"] = dict
     _ENV.append(env)
     return env
+
+
+def _bounded_filter(name: str, filter_fn: Any) -> Any:
+    """``filter_fn`` with its arguments checked first and its result after (a filter's
+    ``pass_context``/``pass_environment`` marks are kept)."""
+
+    @functools.wraps(filter_fn)
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        plain = [a for a in args if not hasattr(a, "environment") and not hasattr(a, "filters")]
+        _check_args(f"the filter {name}", plain, kwargs)
+        found = filter_fn(*args, **kwargs)
+        _sized(found)
+        return found
+
+    return bounded
 
 
 def has_tokenizer_files(folder: Path) -> str | None:
@@ -176,6 +449,12 @@ def load(folder: Path) -> FolderTokenizer:
     refusal = file_refusal(folder / "tokenizer.json")
     if refusal is not None:  # a FIFO would block the loader for ever
         raise FolderError(f"tokenizer.json {refusal}")
+    size = os.stat(folder / "tokenizer.json").st_size
+    if size > TOKENIZER_MAX_BYTES:
+        raise FolderError(
+            f"tokenizer.json is {size:,} bytes, more than the {TOKENIZER_MAX_BYTES:,} the "
+            "pre-flight loads (real ones are a few dozen megabytes at most)"
+        )
     try:
         core = Tokenizer.from_file(str(folder / "tokenizer.json"))
     except Exception as exc:  # the Rust loader raises plain Exception on a bad file
@@ -192,7 +471,8 @@ def load(folder: Path) -> FolderTokenizer:
     # With a tokenizer.json, transformers drops add_bos_token/add_eos_token from the
     # config: its post-processor alone decides (none: nothing added).
     added = tuple(str(t.content) for t in core.get_added_tokens_decoder().values())
-    return FolderTokenizer(core, config, specials, chat_template(folder, config), added)
+    template, where = template_source(folder, config)
+    return FolderTokenizer(core, config, specials, template, added, str(folder / where))
 
 
 def _specials(folder: Path, config: dict[str, Any]) -> dict[str, str]:
@@ -226,20 +506,33 @@ def _add_config_tokens(core: Any, config: dict[str, Any], added_token: Any) -> N
 def chat_template(folder: Path, config: dict[str, Any]) -> str | None:
     """The default chat template: chat_template.jinja, chat_template.json, or the
     tokenizer_config.json entry (a string, or a list of named templates)."""
+    return template_source(folder, config)[0]
+
+
+def template_source(folder: Path, config: dict[str, Any]) -> tuple[str | None, str]:
+    """(the default chat template, the name of the file it is read from); a template
+    file is read within :data:`~art_hydra.model_files.CONFIG_MAX_BYTES`."""
     path = folder / TEMPLATE_FILES[0]
     if path.is_file():
         try:
-            return path.read_text(encoding="utf-8")
+            with open_regular(path) as handle:
+                raw = handle.read(CONFIG_MAX_BYTES + 1)
+            if len(raw) > CONFIG_MAX_BYTES:
+                raise ValueError(f"more than {CONFIG_MAX_BYTES:,} bytes")
+            return raw.decode("utf-8"), path.name
         except (OSError, ValueError) as exc:
-            raise FolderError(f"{path.name} cannot be read ({exc})") from exc
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise FolderError(f"{path.name} cannot be read ({why})") from exc
     value: Any = config.get("chat_template")
+    where = "tokenizer_config.json"
     if (folder / TEMPLATE_FILES[1]).is_file():
         loaded = read_json_file(folder / TEMPLATE_FILES[1])
         value = loaded.get("chat_template") if isinstance(loaded, dict) else None
+        where = TEMPLATE_FILES[1]
     if isinstance(value, list):
         named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
         value = named.get("default")
-    return value if isinstance(value, str) and value else None
+    return (value if isinstance(value, str) and value else None), where
 
 
 def _first_id(value: Any) -> int | None:

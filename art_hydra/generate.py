@@ -16,7 +16,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from art_hydra.trained import Source, UsageError, as_command, describe, locate
+from art_hydra.trained import (
+    Source,
+    UsageError,
+    as_command,
+    describe,
+    locate,
+    remote_code_refusal,
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -57,7 +64,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--json", action="store_true", help="one JSON line per completion")
-    p.add_argument("--trust-remote-code", action="store_true", help="allow a model's own code")
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow the model's own code (auto_map); a run folder's config never allows it",
+    )
     return p
 
 
@@ -74,6 +85,7 @@ def main(argv: list[str]) -> int:
 
     def body() -> int:
         source = locate(args.source, args.checkpoint)
+        remote_code_refusal(source, args.trust_remote_code)  # before anything is built
         examples = _examples(args, source)
         rows = generate(
             source,
@@ -115,28 +127,33 @@ def _examples(args: Any, source: Source) -> list[Any]:
     return [with_system_prompt(ex, source.system_prompt) for ex in found]
 
 
-def _task_config(source: Source) -> Any:
-    """The run config whose task ``--task`` uses: the run's, or for an export the run
-    its record names (while that run folder is still there)."""
+def _task_config(source: Source) -> tuple[Any, Path]:
+    """The run config whose task ``--task`` uses, and its file: the run's, or for an
+    export the run its record names (while that run folder is still there)."""
     from art_hydra.config.run_files import RUN_CONFIG
     from art_hydra.trained import read_run_config
 
-    if source.cfg is not None:
-        return source.cfg
+    if source.cfg is not None and source.run_dir is not None:
+        return source.cfg, source.run_dir / RUN_CONFIG
     run_dir = source.record.get("run_dir")
     if not isinstance(run_dir, str) or not (Path(run_dir) / RUN_CONFIG).is_file():
         raise UsageError(
             f"--task: {source.folder} is an export whose run folder is not here "
             f"({run_dir}); give prompts with -p or --file"
         )
-    return read_run_config(Path(run_dir))
+    return read_run_config(Path(run_dir)), Path(run_dir) / RUN_CONFIG
 
 
 def _task(source: Source) -> Any:
-    from art_hydra.tasks import build_task
+    """The run's task, built under the rules of a config file: the run folder is data,
+    so it names only marked rewards and generators (:func:`trained.build_folder_task`)."""
+    from art_hydra.trained import build_folder_task
 
+    cfg, path = _task_config(source)
     try:
-        return build_task(_task_config(source))
+        return build_folder_task(cfg, path)
+    except UsageError:
+        raise
     except Exception as exc:  # data moved since the run, a reward that no longer imports
         raise UsageError(f"the run's task cannot be built here: {exc}") from None
 
@@ -282,7 +299,7 @@ def _score(source: Source, rows: list[dict[str, Any]]) -> None:
 
     task = _task(source)
     pairs = [(row["_example"], row["completion"]) for row in rows]
-    timeout = float(_task_config(source).timeouts.reward_s)
+    timeout = float(_task_config(source)[0].timeouts.reward_s)
     scores = score_rewards(task.rewards, pairs, timeout)
     for row, total in zip(rows, scores.totals, strict=True):
         row["reward"] = float(total)
@@ -290,14 +307,18 @@ def _score(source: Source, rows: list[dict[str, Any]]) -> None:
 
 
 def _print(rows: list[dict[str, Any]], as_json: bool, scored: bool, what: str) -> None:
+    """Each row, then the score; a value the run's config read from the environment (a
+    token a run folder's ``${oc.env:...}`` reads again here) is shown as ``***``."""
+    from art_hydra.config.secrets import scrub
+
     for row in rows:
         row.pop("_example", None)
         if as_json:
-            print(json.dumps(row, ensure_ascii=False))
+            print(scrub(json.dumps(row, ensure_ascii=False)))
             continue
         mark = f"  [reward {row['reward']:.3f}]" if scored else ""
-        print(f"{row['prompt']!r} -> {row['completion']!r}{mark}")
+        print(scrub(f"{row['prompt']!r} -> {row['completion']!r}{mark}"))
     if scored and rows:
         right = sum(row["right"] for row in rows)
         summary = f"{right}/{len(rows)} right (reward 1) with {what}"
-        print(json.dumps({"summary": summary}) if as_json else summary)
+        print(scrub(json.dumps({"summary": summary}) if as_json else summary))

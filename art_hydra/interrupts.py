@@ -164,13 +164,14 @@ def continue_sweep_command() -> str | None:
     from omegaconf import OmegaConf
 
     from art_hydra.config.run_files import SWEEP_FILES
-    from art_hydra.run_folder import in_sweep, read_record
+    from art_hydra.config.yaml_guard import load_bounded
+    from art_hydra.run_folder import in_sweep
 
     if not in_sweep():
         return None
     sweep_dir = Path(str(HydraConfig.get().sweep.dir)).resolve()
     try:
-        master = OmegaConf.create(read_record(sweep_dir / SWEEP_FILES[0]) or "")
+        master = load_bounded(sweep_dir / SWEEP_FILES[0])  # size, nesting, aliases bounded
         given = OmegaConf.to_container(master.hydra.overrides, resolve=False)
     except Exception:  # a stop message must never fail for want of this line
         return None

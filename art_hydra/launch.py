@@ -20,7 +20,7 @@ from typing import Any
 from hydra.core.config_loader import ConfigLoader
 from omegaconf import read_write
 
-from art_hydra.config import hydra_compat
+from art_hydra.config import hydra_compat, secrets
 from art_hydra.config.composition import Composition, in_run_folder
 from art_hydra.config.problems import ConfigValidationError
 
@@ -40,9 +40,14 @@ def run_checked(
     Hydra's single-run job; returns the job's value."""
     world, checked = meet_the_other_ranks(checked, loader, config_name, overrides)
     assert checked.composed is not None
-    return hydra_compat.run_composed(
-        checked.composed, config_name, loader, lambda _task_cfg: job(checked, world)
-    )
+    # The run's records keep its environment reads as expressions; its log, no secret.
+    secrets.remember(checked.composed)
+
+    def task(_task_cfg: Any) -> Any:
+        with secrets.scrubbing_logs():
+            return job(checked, world)
+
+    return hydra_compat.run_composed(checked.composed, config_name, loader, task)
 
 
 def meet_the_other_ranks(

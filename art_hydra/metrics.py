@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from art_hydra import safe_json
 from art_hydra.config.run_files import COMPLETIONS, EVAL_COMPLETIONS, METRICS
+from art_hydra.config.secrets import scrub_data
 from art_hydra.config.tracker_names import TENSORBOARD, chosen_trackers
 from art_hydra.run_folder import (
     exclusive_temp,
@@ -133,15 +134,11 @@ class MetricsLog:
         self._eval_samples: Any = None
         self.trackers: Any = None
         if chosen_trackers(logging_cfg):
-            from omegaconf import DictConfig, OmegaConf
-
+            from art_hydra.config.secrets import redacted
             from art_hydra.trackers import open_trackers
 
-            plain = (
-                OmegaConf.to_container(config, resolve=True, enum_to_str=True)
-                if isinstance(config, DictConfig)
-                else config
-            )
+            # As a record may show it: expressions and ***, never a secret's value.
+            plain = redacted(config) if config is not None else None
             try:
                 self.trackers = open_trackers(self.run_dir, logging_cfg, plain, resume_step)
             except BaseException:
@@ -163,7 +160,7 @@ class MetricsLog:
         self._progress = PlainProgress(logging_cfg, max_steps, start, print_lines=not show)
 
     def log(self, record: dict[str, Any]) -> None:
-        record = metric_line(record, self.algorithm)
+        record = scrub_data(metric_line(record, self.algorithm))  # a name made of a secret
         step = record["step"]
         if self._bar is not None:
             try:
@@ -196,6 +193,7 @@ class MetricsLog:
         """Append a step's example completions to completions.jsonl."""
         if not samples or not self.due(step):
             return
+        samples = scrub_data(samples)  # a prompt built from a secret shows *** instead
         if self._samples is None:
             self._samples = open_append(self.run_dir / COMPLETIONS)
         line = {"step": step, "time": utc_now(), "samples": samples}
@@ -213,6 +211,7 @@ class MetricsLog:
         evaluation's, whatever logging.every_steps)."""
         if not samples:
             return
+        samples = scrub_data(samples)
         if self._eval_samples is None:
             self._eval_samples = open_append(self.run_dir / EVAL_COMPLETIONS)
         line = {"step": step, "time": utc_now(), "samples": samples}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
-import json
 import math
 import os
 import re
@@ -236,8 +235,13 @@ def read_header(path: Path) -> dict[str, Tensor]:
             raw = handle.read(length)
     except OSError as exc:
         raise FolderError(f"{path.name} cannot be read: {exc.strerror or exc}") from exc
-    try:
-        header = json.loads(raw.decode("utf-8"))
+    try:  # bounded: a header nested 100,000 deep would raise RecursionError in json
+        header = safe_json.loads(raw.decode("utf-8"))
+    except safe_json.JsonRefused as exc:
+        raise FolderError(
+            f"{path.name} has a header that cannot be read within bounds: {exc} "
+            f"(a safetensors header is a flat JSON object of at most {HEADER_MAX_BYTES:,} bytes)"
+        ) from exc
     except ValueError as exc:
         raise FolderError(f"{path.name} has a header that is not JSON ({exc})") from exc
     if not isinstance(header, dict):
@@ -250,6 +254,8 @@ def read_header(path: Path) -> dict[str, Tensor]:
         try:
             dtype, shape, (begin, stop) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
             expected = math.prod(shape) * DTYPE_BYTES[dtype]
+            if not all(type(v) is int and v >= 0 for v in (*shape, begin, stop)):
+                raise ValueError("shape and data_offsets must be whole numbers")
         except (KeyError, TypeError, ValueError) as exc:
             raise FolderError(f"{path.name}: tensor {name} has a malformed entry") from exc
         if stop - begin != expected:
@@ -402,9 +408,12 @@ def cached_snapshot(repo_id: str, revision: str | None = None) -> Path | None:
     ref = repo / "refs" / wanted
     commit = wanted
     if ref.is_file():
-        try:
-            commit = ref.read_text(encoding="utf-8").strip()
+        try:  # a commit hash: read no further than a hash could be (a FIFO is refused)
+            with open_regular(ref) as handle:
+                commit = handle.read(256).decode("utf-8").strip() or wanted
         except (OSError, ValueError):
+            commit = wanted
+        if not re.fullmatch(r"[\w-]+", commit):  # a hash; never a path out of snapshots/
             commit = wanted
     candidate = snapshots / commit
     if (candidate / "config.json").is_file():

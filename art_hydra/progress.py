@@ -8,6 +8,9 @@ whichever comes first (and at the first and last step of the invocation). Every 
 also goes to the job's log file (``art_hydra.log``), bar or not, so the file read after
 the run says how it went. Only rank 0 reports (it alone keeps the run's record).
 
+A stdout whose reader went away (``art-hydra ... | head -1``) is no failure of the run:
+while it trains, writes there stop instead of raising (:func:`stdout_reader_may_go`).
+
 The cadence and the line's text are pure functions, tested without a run.
 """
 
@@ -15,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -74,6 +79,74 @@ def progress_line(record: dict[str, Any], max_steps: int, elapsed_s: float, step
     if steps_done > 0:
         parts.append(f"ETA {clock(elapsed_s / steps_done * left)}")
     return "progress: " + " | ".join(parts)
+
+
+class _PipeSafe:
+    """A text stream (stdout) whose writes never raise for a reader that went away (``|
+    head``, a closed ssh pipe): the first ``BrokenPipeError`` points the descriptor at
+    ``/dev/null`` (what was still to be written, and the interpreter's last flush, then
+    succeed), and the run goes on; its record and log files say how it went."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            _reader_gone(self._stream)
+            return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _reader_gone(self._stream)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _reader_gone(stream: Any) -> None:
+    """Point ``stream``'s descriptor at ``/dev/null`` and drop what it still held."""
+    with contextlib.suppress(OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
+    with contextlib.suppress(OSError, ValueError):
+        stream.flush()
+
+
+@contextlib.contextmanager
+def stdout_reader_may_go() -> Iterator[None]:
+    """While a run trains (and prints its result), a stdout whose reader went away (``|
+    head -1``) is no failure: ``sys.stdout`` and the log handlers that write to it stop
+    writing there instead of raising, so a run that trained all its steps is ``done``."""
+    stream = sys.stdout
+    if stream is None or isinstance(stream, _PipeSafe):
+        yield
+        return
+    safe = _PipeSafe(stream)
+    handlers = [
+        h
+        for h in logging.getLogger().handlers
+        if isinstance(h, logging.StreamHandler) and getattr(h, "stream", None) is stream
+    ]
+    sys.stdout = safe  # type: ignore[assignment]
+    for handler in handlers:
+        handler.stream = safe
+    try:
+        yield
+    finally:
+        if sys.stdout is safe:
+            sys.stdout = stream
+        for handler in handlers:
+            if handler.stream is safe:
+                handler.stream = stream
 
 
 def to_log_files(message: str, level: int = logging.INFO) -> None:

@@ -8,9 +8,11 @@ transformers, peft) are imported inside the functions that need them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from omegaconf import DictConfig
 from art_hydra.config import run_files
 from art_hydra.config.objective import NOT_IN_SFT
 from art_hydra.config.schema import AlgorithmName, RunConfig
+from art_hydra.config.secrets import redacted_overrides
 from art_hydra.config.typed import typed_config
 from art_hydra.errors import Interrupted, ResumeError, WriteError
 from art_hydra.result import (
@@ -141,20 +144,37 @@ def train_in_folder(
     """The run in its locked folder, as a recipe: set up (resuming where asked), train,
     close the channel and the record whatever happened, then clean up (a stop's report,
     or the finished run's summary). ``typed``: ``cfg`` as dataclass objects, made once by
-    the caller."""
-    recipe = TrainingRecipe(cfg, run_dir, stop, world, record, typed)
-    recipe.setup()
+    the caller. A secret's value never reaches the log (:mod:`art_hydra.config.secrets`)."""
+    from art_hydra.config.secrets import scrubbing_logs
+
+    with scrubbing_logs(), _threads_kept():
+        recipe = TrainingRecipe(cfg, run_dir, stop, world, record, typed)
+        recipe.setup()
+        try:
+            recipe.train()
+        except Exception as exc:
+            # A step that fails after a stop request (a reward past its bound): the stop
+            # still keeps the last finished step. One process only: ranks share no snapshot.
+            if not stop.requested or not recipe.ranks.keeps_last_step:
+                raise
+            recipe.failure = exc
+        finally:
+            recipe.close()
+        return recipe.cleanup()
+
+
+@contextlib.contextmanager
+def _threads_kept() -> Iterator[None]:
+    """torch's thread count as the caller had it, after the run: ``backend.cpu_threads``
+    and the overlapped sampler size it for the run only, and a Python caller's later work
+    (another run included: the count orders float sums) sees its own again."""
+    import torch
+
+    threads = torch.get_num_threads()
     try:
-        recipe.train()
-    except Exception as exc:
-        # A step that fails after a stop request (a reward past its bound): the stop
-        # still keeps the last finished step. One process only: ranks share no snapshot.
-        if not stop.requested or not recipe.ranks.keeps_last_step:
-            raise
-        recipe.failure = exc
+        yield
     finally:
-        recipe.close()
-    return recipe.cleanup()
+        torch.set_num_threads(threads)
 
 
 class TrainingRecipe:
@@ -232,6 +252,12 @@ class TrainingRecipe:
             self.cfg, self.world, typed=self.run
         )
         _log_what_trains(self.run, self.ranks, self.trainer, self.producer)
+        if self.ranks.writes_records:
+            from art_hydra.config.secrets import notice
+
+            hidden = notice(self.cfg)  # one line, whatever the number of keys
+            if hidden:
+                log.info("%s", hidden)
 
     def _setup_evaluator(self) -> None:
         from art_hydra.evaluation import Evaluator
@@ -320,7 +346,10 @@ class TrainingRecipe:
             self.producer.refresh_sampler()  # the sampler samples from the weights resumed
         log.info("resumed from %s (step %d)", latest, start_step)
         saved = run_folder.saved_config(self.run_dir)
-        changed = run_folder.differences(saved, cfg) if saved is not None else []
+        from art_hydra.config.secrets import for_comparison
+
+        # Expressions compared, never the values they read (a rotated token resumes).
+        changed = run_folder.differences(saved, for_comparison(cfg)) if saved is not None else []
         if self.ranks.writes_records:
             run_folder.record_resume(self.run_dir, start_step, changed)
         if self.record is not None:
@@ -592,7 +621,7 @@ def _log_hparams(metrics: Any, record: JobRecord | None, stopped: bool) -> None:
     try:
         rows = read_metrics(record.run_dir)
         value = objective_value(record.spec, rows)
-        hparams = {**hparams_of(record.overrides), "status": status}
+        hparams = {**hparams_of(redacted_overrides(record.overrides)), "status": status}
         step = rows[-1]["step"] if rows else 0
         metrics.log_hparams(hparams, record.spec.metric, value, step)
     except Exception as exc:
@@ -679,20 +708,11 @@ class _FreshRecords:
         self.mine = [n for n in self.NAMES if not (run_dir / n).exists()] if fresh else []
 
     def forget(self) -> bool:
-        """Remove this invocation's records; whether anything was removed."""
-        import shutil
+        """Remove this invocation's records, those the folder's manifest lists as the run's
+        own (never through a link); whether anything was removed."""
+        from art_hydra.run_folder import remove_records
 
-        removed = False
-        for name in self.mine:
-            path = self.run_dir / name
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            elif path.exists():
-                path.unlink(missing_ok=True)
-            else:
-                continue
-            removed = True
-        return removed
+        return bool(remove_records(self.run_dir, self.mine))
 
 
 def _can_keep(

@@ -130,12 +130,15 @@ def windowed_metrics(spec: ObjectiveSpec, rows: list[dict[str, Any]]) -> dict[st
 
 
 def job_overrides() -> list[str]:
-    """The job's own overrides under Hydra (``hydra.overrides.task``), else []."""
+    """The job's own overrides under Hydra (``hydra.overrides.task``), else [], as a
+    record shows them (a secret-looking key's value as ``***``)."""
     from hydra.core.hydra_config import HydraConfig
+
+    from art_hydra.config.secrets import redacted_overrides
 
     if not HydraConfig.initialized():
         return []
-    return [str(o) for o in HydraConfig.get().overrides.task]
+    return redacted_overrides([str(o) for o in HydraConfig.get().overrides.task])
 
 
 def job_number() -> int | None:
@@ -158,8 +161,10 @@ def write_record(run_dir: Path, record: dict[str, Any]) -> Path:
     through a link planted in the folder)."""
     import json
 
+    from art_hydra.config.secrets import scrub_data
     from art_hydra.run_folder import write_atomic
 
+    record = scrub_data(record)  # a failure's message may quote a secret's value
     path = Path(run_dir) / RESULT
     write_atomic(path, json.dumps(record, indent=2, allow_nan=True) + "\n")
     return path
@@ -198,7 +203,11 @@ def write_refused_result(
     folder.mkdir(parents=True, exist_ok=True)
     record = _base(REFUSED, overrides, job_num)
     record.update(reason=problems_text.strip(), finished=_now(), pid=None, host=None)
-    return write_record(folder, record)
+    path = write_record(folder, record)
+    from art_hydra.run_folder import claim
+
+    claim(folder, [RESULT])  # the job that runs there later replaces it: a run's own record
+    return path
 
 
 class JobRecord:

@@ -17,7 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from art_hydra.config import run_files
+from art_hydra.config import run_files, secrets
 from art_hydra.config.composition import announce_warnings, check
 from art_hydra.config.problems import (
     ConfigValidationError,
@@ -32,6 +32,7 @@ from art_hydra.config.typed import typed_config
 # ResumeError stays importable from here, where it was defined before errors.py held it.
 from art_hydra.errors import ResumeError as ResumeError
 from art_hydra.errors import RunFolderBusy, RunStopped
+from art_hydra.progress import stdout_reader_may_go
 from art_hydra.result import (
     DONE,
     FAILED,
@@ -51,8 +52,10 @@ _JOB_FOOTER = "The run stopped before loading a model; nothing was trained."
 
 
 def resolved_yaml(cfg: Any) -> str:
-    """The run config as YAML (a checked config: every interpolation already resolved)."""
-    return OmegaConf.to_yaml(cfg)
+    """The run config as YAML (a checked config: every interpolation already resolved),
+    as a record shows it: a value read from the environment as its expression, a
+    secret-looking key's as ``***``."""
+    return OmegaConf.to_yaml(OmegaConf.create(secrets.redacted(cfg)))
 
 
 def default_run_dir() -> Path:
@@ -79,6 +82,7 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> RunResult:
     from art_hydra.distributed import from_environment
     from art_hydra.preflight import busy_folder_problems
 
+    secrets.remember(cfg)  # as composed: what the run's records keep as expressions
     world = from_environment()
     folder = Path(run_dir) if run_dir is not None else default_run_dir()
     # First of all: a job refused for a busy folder must write nothing there (not a log line).
@@ -96,9 +100,10 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> RunResult:
             _refusal_in_log(folder, exc)
         raise
     if cfg.dry_run:
-        print(resolved_yaml(cfg))
-        print(outside_code_report(cfg))
-        print("dry run: the configuration is valid; nothing was trained.")
+        with stdout_reader_may_go():
+            print(resolved_yaml(cfg))
+            print(outside_code_report(cfg))
+            print("dry run: the configuration is valid; nothing was trained.")
         return RunResult(float("nan"), {"dry_run": True})
     return train_checked(cfg, folder)
 
@@ -138,11 +143,14 @@ def train_checked(cfg: DictConfig, run_dir: Path, world: Any = None) -> RunResul
     """Train ``cfg``, typed and resolved by a check that found no error (the command's,
     before Hydra started the job, or :func:`train`'s): nothing is checked again. A run
     that finished already is skipped (:func:`_finished_run`). ``world``: the process
-    group this rank joined already (None: the run joins it)."""
-    finished = _finished_run(cfg, run_dir)
-    if finished is not None:
-        return finished
-    return run_validated(cfg, run_dir, world)
+    group this rank joined already (None: the run joins it). A stdout whose reader went
+    away (``| head``) fails nothing: the run's outcome is its training's
+    (:func:`~art_hydra.progress.stdout_reader_may_go`)."""
+    with stdout_reader_may_go():
+        finished = _finished_run(cfg, run_dir)
+        if finished is not None:
+            return finished
+        return run_validated(cfg, run_dir, world)
 
 
 def _finished_run(cfg: DictConfig, run_dir: Path) -> RunResult | None:
@@ -236,7 +244,7 @@ def run_validated(
     if world is None:
         world = distributed.setup(typed.distributed, resolve_device(typed.backend.device))
     world.run_dir = run_dir
-    lock = _lock_folder(run_dir, world)
+    lock = _lock_folder(run_dir, world, cfg.checkpoint.dir)
     distributed.write_status(world, "running")
     # Rank 0 keeps the job's result.json: "running" while it holds the lock.
     record = JobRecord(run_dir, cfg) if world.is_main else None
@@ -258,16 +266,31 @@ def run_validated(
             raise distributed.failure(world, "training", exc, typed.distributed.timeout_s) from exc
         raise
     finally:
+        _settle(run_dir, world)
         lock.release()
     distributed.write_status(world, "done")
     distributed.teardown(world)
     return RunResult(value, summary)
 
 
-def _lock_folder(run_dir: Path, world: Any) -> Any:
+def _settle(run_dir: Path, world: Any) -> None:
+    """Rank 0, still under the lock: the manifest keeps only what the run made."""
+    from art_hydra.run_folder import settle_records
+
+    if world.is_main:
+        try:
+            settle_records(run_dir)
+        except OSError as exc:  # a full disk: the listing keeps names never made, harmless
+            log.warning("could not update %s: %s", run_dir / run_files.RUN_MANIFEST, exc)
+
+
+def _lock_folder(run_dir: Path, world: Any, checkpoint_dir: str) -> Any:
     """The run folder's lock, taken by rank 0 (the other ranks hold the same object, not
-    taken): a folder another live process holds is refused as :class:`RunFolderBusy`."""
-    from art_hydra.run_folder import FolderInUse, RunLock, detach_logs, folder_key
+    taken): a folder another live process holds is refused as :class:`RunFolderBusy`.
+    Before the run writes anything there, rank 0 lists in the folder's manifest the
+    records it may make (:func:`~art_hydra.run_folder.begin_records`): the only entries
+    a run ever deletes."""
+    from art_hydra.run_folder import FolderInUse, RunLock, begin_records, detach_logs, folder_key
 
     lock = RunLock(run_dir)
     try:
@@ -279,6 +302,12 @@ def _lock_folder(run_dir: Path, world: Any) -> Any:
             f"the run folder {run_dir} is in use by {exc}; one run per folder. Wait for it, "
             f"or choose another folder ({folder_key()}=...)"
         ) from None
+    try:
+        if world.is_main:
+            begin_records(run_dir, checkpoint_dir)
+    except BaseException:
+        lock.release()
+        raise
     return lock
 
 

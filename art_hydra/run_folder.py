@@ -14,6 +14,15 @@ Hydra creates it. ``resume=auto`` reads the folder's state (:func:`auto_verdict`
 checkpoint short of ``trainer.max_steps`` is continued, a finished run skipped, an empty
 folder (or one whose run died before its first checkpoint) started afresh.
 
+A run deletes only what it created: ``run_manifest.json`` lists the entries runs made in
+the folder (each run, under the lock and before it writes, lists the records it may make;
+it drops those it did not make as it ends), and every path that deletes there (a restart
+under ``resume=auto``, a stop before the first checkpoint) removes only listed records
+(:func:`remove_records`). Another program's file under the name of a record the run
+writes is refused by the pre-flight (:func:`foreign_records`); any other file (a shell
+redirect's log, ``slurm-<id>.out``) is named in a notice and left alone. A folder from
+before manifests counts its run's records as its own (:func:`made_before_manifests`).
+
 A run writes inside its own folder only: the files it appends to or truncates are
 opened without following a symbolic link (``O_NOFOLLOW``) and must be regular files,
 and a file written by temp-then-rename is created exclusively (``O_EXCL``), so a link
@@ -58,11 +67,13 @@ from art_hydra.config.run_files import (
     RESULT,
     RESUMES,
     RUN_CONFIG,
+    RUN_MANIFEST,
     SWEEP_FILES,
     TENSORBOARD,
     TRACKERS,
 )
 from art_hydra.config.store import job_record_name
+from art_hydra.config.yaml_guard import YamlRefused, load_bounded
 
 #: A checkpoint folder's name: ``step-<n>`` (n >= 0, at least 6 digits).
 _STEP = re.compile(rf"^{re.escape(CHECKPOINT_PREFIX)}(\d+)$")
@@ -96,6 +107,8 @@ RUN_ENTRIES = (
     RANKS,
     RESULT,
     f".{RESULT}.*.tmp",
+    RUN_MANIFEST,
+    f".{RUN_MANIFEST}.*.tmp",
     *SWEEP_FILES,
     EXPORT,
     *EXPORT_LEFTOVERS,
@@ -114,7 +127,8 @@ def _unsafe(path: Path, what: str) -> UnsafePath:
     return UnsafePath(
         f"{path} is {what}, not a file or folder art_hydra created: the run refuses to "
         "write or read through it (it could point at a file outside the run folder). "
-        "Remove it, or choose a fresh run folder (hydra.run.dir=<a new folder>)."
+        "Choose a fresh run folder (hydra.run.dir=<a new folder>), or move it out of the "
+        "run folder if it is not wanted there."
     )
 
 
@@ -212,7 +226,8 @@ def linked_entries(run_dir: Path, checkpoint_dir: str) -> list[str]:
     a file belongs, a FIFO): the run would write through them."""
     found = []
     folders = {HYDRA_RECORD, TENSORBOARD, TRACKERS, RANKS}
-    for name in (LOCK, RUN_CONFIG, RESUMES, METRICS, COMPLETIONS, EVAL_COMPLETIONS, RESULT, *PLOTS):
+    files = (LOCK, RUN_CONFIG, RESUMES, IDENTITY, METRICS, COMPLETIONS, EVAL_COMPLETIONS, RESULT)
+    for name in (*files, *PLOTS, RUN_MANIFEST):
         if entry_kind(run_dir / name) not in (None, "file"):
             found.append(name)
     for name in folders:
@@ -226,6 +241,188 @@ def linked_entries(run_dir: Path, checkpoint_dir: str) -> list[str]:
             found.append(str(path.relative_to(run_dir)))
             break
     return sorted(found)
+
+
+# ---- the run's own entries: the folder's manifest ------------------------------------
+
+#: The records a run writes in its folder, besides its checkpoint folder: an entry under
+#: one of these names that the folder's manifest does not list is another program's
+#: (its ``metrics.jsonl``, its ``tensorboard/``), which a run never writes into, appends
+#: to or deletes: the pre-flight refuses such a folder (:func:`foreign_records`).
+RECORDS = (
+    RUN_CONFIG,
+    RESUMES,
+    IDENTITY,
+    METRICS,
+    COMPLETIONS,
+    EVAL_COMPLETIONS,
+    TENSORBOARD,
+    TRACKERS,
+    *PLOTS,
+    RESULT,
+    LOCK,
+)
+
+#: What a project holds (a repository, a package, an environment): a folder holding one
+#: is never made a run folder, whatever else it holds.
+PROJECT_MARKS = (
+    ".git",
+    ".hg",
+    ".svn",
+    "pyproject.toml",
+    "setup.py",
+    "setup.cfg",
+    "requirements.txt",
+    "environment.yml",
+    "package.json",
+    "Cargo.toml",
+    "go.mod",
+    "Makefile",
+    "CMakeLists.txt",
+    ".venv",
+    "venv",
+    "node_modules",
+)
+#: More entries than this that no run writes: a folder of other things (downloads, a
+#: data set), not a run's, even without a mark of a project.
+MAX_FOREIGN = 32
+
+
+def checkpoint_top(checkpoint_dir: str) -> str:
+    """The run folder's entry that holds the checkpoints (``checkpoint.dir``'s first part)."""
+    return Path(os.path.normpath(checkpoint_dir)).parts[0]
+
+
+def _own_names(checkpoint_dir: str) -> tuple[str, ...]:
+    return (*RECORDS, HYDRA_RECORD, checkpoint_top(checkpoint_dir))
+
+
+def listed_entries(run_dir: Path) -> set[str] | None:
+    """The names the folder's manifest lists (None: there is none, or it cannot be read:
+    it is read bounded and never through a link). Only plain names count: a manifest
+    cannot name anything outside the folder."""
+    path = run_dir / RUN_MANIFEST
+    if entry_kind(path) != "file":
+        return None
+    try:
+        data = safe_json.read(path, max_bytes=1 << 20)
+    except (OSError, ValueError):
+        return None
+    entries = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return None
+    return {
+        e
+        for e in entries
+        if isinstance(e, str) and e not in ("", ".", "..") and "/" not in e and os.sep not in e
+    }
+
+
+def _json_record(path: Path) -> Any:
+    if entry_kind(path) != "file":
+        return None
+    try:
+        return safe_json.read(path, max_bytes=1 << 20)
+    except (OSError, ValueError):
+        return None
+
+
+def made_before_manifests(run_dir: Path, checkpoint_dir: str) -> bool:
+    """Whether a folder without a manifest holds a run of art_hydra from before run folders
+    had one: checkpoints art_hydra wrote (``step-<n>`` with their manifest), a
+    ``run_config.yaml`` that is an art_hydra config, or a ``result.json`` that is a job's
+    record. Its records are then its own (another program writes none of these)."""
+    if checkpoint_folders(run_dir / checkpoint_dir):
+        return True
+    record = _json_record(run_dir / RESULT)
+    if isinstance(record, dict) and {"schema", "status", "overrides"} <= set(record):
+        return True
+    if entry_kind(run_dir / RUN_CONFIG) != "file":
+        return False
+    try:
+        config = OmegaConf.to_container(load_bounded(run_dir / RUN_CONFIG), resolve=False)
+    except (YamlRefused, ValueError):
+        return False
+    trainer = config.get("trainer") if isinstance(config, dict) else None
+    return isinstance(trainer, dict) and "max_steps" in trainer and "algorithm" in config
+
+
+def own_entries(run_dir: Path, checkpoint_dir: str) -> set[str]:
+    """The entries of ``run_dir`` that runs of art_hydra made: those its manifest lists;
+    in a folder from before manifests (:func:`made_before_manifests`), the run's records
+    that are there; else none."""
+    listed = listed_entries(run_dir)
+    if listed is not None:
+        return listed
+    if made_before_manifests(run_dir, checkpoint_dir):
+        return {n for n in _own_names(checkpoint_dir) if entry_kind(run_dir / n) is not None}
+    return set()
+
+
+def foreign_records(run_dir: Path, checkpoint_dir: str) -> list[str]:
+    """Entries under the names of the run's records (and its checkpoint folder) that no
+    run of art_hydra made: the run would write into, append to, or delete them."""
+    own = own_entries(run_dir, checkpoint_dir)
+    names = dict.fromkeys((*RECORDS, checkpoint_top(checkpoint_dir)))
+    return sorted(n for n in names if n not in own and entry_kind(run_dir / n) is not None)
+
+
+def project_marks(run_dir: Path) -> list[str]:
+    """The marks of a project the folder holds (``.git``, ``pyproject.toml``, ...)."""
+    return [m for m in PROJECT_MARKS if entry_kind(run_dir / m) is not None]
+
+
+def _write_listing(run_dir: Path, names: set[str]) -> None:
+    listing = {
+        "schema": 1,
+        "about": "what runs of art_hydra made in this folder: the only entries they delete",
+        "entries": sorted(names),
+    }
+    write_atomic(run_dir / RUN_MANIFEST, json.dumps(listing, indent=1) + "\n")
+
+
+def claim(run_dir: Path, names: Any, checkpoint_dir: str = "checkpoints") -> None:
+    """Add ``names`` to the folder's manifest (the records of a run from before manifests
+    are listed first, as its own)."""
+    own = own_entries(run_dir, checkpoint_dir)
+    wanted = own | set(names)
+    if wanted != listed_entries(run_dir):
+        _write_listing(run_dir, wanted)
+
+
+def begin_records(run_dir: Path, checkpoint_dir: str) -> None:
+    """Under the folder's lock, before the run writes anything there: list the records
+    this run may create (those absent now: nothing else writes in a locked run folder)
+    beside those its runs made before, and its lock. :func:`settle_records` drops what it
+    did not create when it ends."""
+    absent = {n for n in _own_names(checkpoint_dir) if entry_kind(run_dir / n) is None}
+    claim(run_dir, absent | {LOCK}, checkpoint_dir)
+
+
+def settle_records(run_dir: Path) -> None:
+    """Drop from the manifest the entries that are not there (listed when the run began,
+    never created, or removed): it then names only what a run made."""
+    listed = listed_entries(run_dir)
+    if listed is None:
+        return
+    present = {n for n in listed if entry_kind(run_dir / n) is not None}
+    if present != listed:
+        _write_listing(run_dir, present)
+
+
+def remove_records(run_dir: Path, names: Any, checkpoint_dir: str = "checkpoints") -> list[str]:
+    """Remove those of ``names`` that are a run's records (:data:`UNSAVED_RECORDS`) its
+    runs made (:func:`own_entries`), and nothing else: a file another program put there
+    under the same name stays. Links are unlinked, never followed. The names removed;
+    they stay listed (a run that restarts makes them again): :func:`settle_records`
+    drops those not made again when the run ends."""
+    own = own_entries(run_dir, checkpoint_dir)
+    removed = []
+    for name in names:
+        if name in UNSAVED_RECORDS and name in own and entry_kind(run_dir / name) is not None:
+            _remove_own(run_dir / name)
+            removed.append(name)
+    return removed
 
 
 #: Switches of one invocation, not settings of the run: never recorded as a change.
@@ -426,14 +623,21 @@ def holds_run(run_dir: Path, checkpoint_dir: str) -> bool:
 
 
 def run_config_text(cfg: DictConfig) -> str:
-    return OmegaConf.to_yaml(cfg, resolve=True)
+    """The resolved config as YAML, each value read from the environment kept as its
+    ``${oc.env:...}`` expression: the file never holds a token, a resume compares the
+    expression (a rotated token still resumes), and reading it back reads the variable."""
+    from art_hydra.config.secrets import recorded_container
+
+    return OmegaConf.to_yaml(OmegaConf.create(recorded_container(cfg)))
 
 
 def saved_config(run_dir: Path) -> dict[str, Any] | None:
+    """The run's saved config (None: none there), read bounded (:class:`YamlRefused`
+    for a file that is too large, too deep, or not YAML: anyone may have written it)."""
     path = run_dir / RUN_CONFIG
     if not path.is_file():
         return None
-    loaded = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    loaded = OmegaConf.to_container(load_bounded(path), resolve=False)
     return loaded if isinstance(loaded, dict) else None
 
 
@@ -629,17 +833,11 @@ UNSAVED_RECORDS = (
 )
 
 
-def clear_unsaved_run(run_dir: Path) -> list[str]:
+def clear_unsaved_run(run_dir: Path, checkpoint_dir: str = "checkpoints") -> list[str]:
     """Remove the records of a run that ended before its first checkpoint (called under
-    the folder's lock, so no live run owns them); the names removed. Links are
-    unlinked, never followed."""
-    removed = []
-    for name in UNSAVED_RECORDS:
-        path = run_dir / name
-        if entry_kind(path) is not None:
-            _remove_own(path)
-            removed.append(name)
-    return removed
+    the folder's lock, so no live run owns them): only those its manifest lists
+    (:func:`remove_records`); the names removed."""
+    return remove_records(run_dir, UNSAVED_RECORDS, checkpoint_dir)
 
 
 def start_resumed(cfg: Any, run_dir: Path, clear: bool = True) -> bool:
@@ -652,7 +850,7 @@ def start_resumed(cfg: Any, run_dir: Path, clear: bool = True) -> bool:
         return mode == "true"
     verdict, _ = auto_verdict(run_dir, cfg.checkpoint.dir, cfg.trainer.max_steps)
     if verdict == RESTART and clear:
-        clear_unsaved_run(run_dir)
+        clear_unsaved_run(run_dir, cfg.checkpoint.dir)
     return verdict in (RESUME, FINISHED)
 
 

@@ -37,6 +37,7 @@ from art_hydra import run_folder, safe_json, safe_paths
 from art_hydra.config.problems import Kind, Problem, Severity, fix
 from art_hydra.config.run_files import IDENTITY
 from art_hydra.config.schema import ModelSource, TaskSource
+from art_hydra.config.secrets import scrub_data
 from art_hydra.tasks.reward_set import reward_specs, uses_list
 
 _VERSION = 1
@@ -177,16 +178,19 @@ def _cached_commit(name: str, revision: str) -> str | None:
 
 
 def current(cfg: DictConfig) -> dict[str, Any]:
-    """The identity of the run ``cfg`` would train, as of now."""
-    return {
-        "version": _VERSION,
-        "data": _data(cfg),
-        "eval_data": _eval_data(cfg),
-        "reward": _code(cfg, "task.reward._target_") if not uses_list(cfg.task) else None,
-        "rewards": {spec.key: _code(cfg, spec.key) for spec in reward_specs(cfg.task)},
-        "generator": _code(cfg, "task.generator"),
-        "model": _model(cfg),
-    }
+    """The identity of the run ``cfg`` would train, as of now (a secret's value, say a
+    model revision read from a token, as ``***``: recorded and compared alike)."""
+    return scrub_data(
+        {
+            "version": _VERSION,
+            "data": _data(cfg),
+            "eval_data": _eval_data(cfg),
+            "reward": _code(cfg, "task.reward._target_") if not uses_list(cfg.task) else None,
+            "rewards": {spec.key: _code(cfg, spec.key) for spec in reward_specs(cfg.task)},
+            "generator": _code(cfg, "task.generator"),
+            "model": _model(cfg),
+        }
+    )
 
 
 def record(cfg: DictConfig, run_dir: Path) -> None:

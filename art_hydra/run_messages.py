@@ -76,8 +76,9 @@ def stopped_message(
     if saved is None:
         return (
             f"art_hydra stopped by {signal_name} before its first checkpoint{failed or '; '}"
-            "there is nothing to resume, so this run's records were removed from "
-            f"{run_dir} and the same command starts it afresh:\n"
+            "there is nothing to resume, so the records this run made were removed from "
+            f"{run_dir} (nothing else there was touched) and the same command starts it "
+            "afresh:\n"
             f"  {restart_command(run_dir, ranks)}" + _whole_sweep()
         )
     kept = (
@@ -101,6 +102,9 @@ def in_log_files(message: str, level: int = logging.WARNING) -> str:
     """Also write a stop's (or a failure's) message to the job's log files (``<job>.log``
     in the run folder): after SIGHUP the terminal that would show it is gone, and a
     sweep's job folder must say why the job failed."""
+    from art_hydra.config.secrets import scrub
+
+    message = scrub(message)  # a failure's message may quote a secret's value
     record = logging.LogRecord("art_hydra", level, __file__, 0, message, None, None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):

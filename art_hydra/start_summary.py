@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from art_hydra.config.secrets import scrub
+
 if TYPE_CHECKING:
     from art_hydra.config.schema import RunConfig
 
@@ -116,7 +118,8 @@ def log_start_summary(
     threads: int | None = None,
 ) -> list[str]:
     """Log the start summary (the console and ``art_hydra.log``); returns its lines."""
-    lines = summary_lines(cfg, loaded, task, parameters, ranks, threads)
+    # A task named by a secret (an experiment's ${oc.env:...}) is shown as ***.
+    lines = [scrub(line) for line in summary_lines(cfg, loaded, task, parameters, ranks, threads)]
     for line in lines:
         log.info("%s", line)
     return lines

@@ -35,6 +35,8 @@ KILLED = "killed"
 NO_RECORD = "no record"
 #: How deep below the sweep folder job folders are looked for (``<sweep>/<job>`` is 1).
 MAX_DEPTH = 3
+#: Job folders read (one past it is looked for, to tell that the limit was met).
+MAX_JOBS = 100_000
 #: Top points printed.
 TOP = 5
 #: Metrics shown beside the objective, when logged.
@@ -87,6 +89,8 @@ class Summary:
     planned: int | None = None
     #: Finished jobs left out of the ranking: their objective is another one.
     unranked: list[Job] = field(default_factory=list)
+    #: What of the sweep's records was not read, and why (a record refused, a cap met).
+    notes: list[str] = field(default_factory=list)
 
     def unranked_line(self) -> str | None:
         """Jobs whose objective cannot be compared with the ranking's (RL and SFT jobs
@@ -158,6 +162,7 @@ class Summary:
             lines.append(
                 f"Done without an objective (no logged value of its metric): {', '.join(unscored)}"
             )
+        lines += [f"Note: {note}" for note in self.notes]
         best = self.best
         if best is not None:
             lines.append(
@@ -209,6 +214,7 @@ class Summary:
 
     def markdown(self) -> str:
         lines = [f"# Sweep summary: {self.sweep_dir}", "", self.counts_line(), ""]
+        lines += [f"Note: {_md(note)}\n" for note in self.notes]
         if self.unranked_line():
             lines += [str(self.unranked_line()), ""]
         best = self.best
@@ -317,6 +323,8 @@ def job_folders(sweep_dir: Path) -> list[Path]:
         for entry in entries:
             if entry.name.startswith(".") or entry.name in _NOT_JOBS:
                 continue
+            if len(found) > MAX_JOBS:
+                return  # one past the limit: the summary says it stopped there
             if entry.is_dir(follow_symlinks=False):
                 visit(Path(entry.path), depth + 1)
 
@@ -412,46 +420,109 @@ def _folder_number(folder: Path) -> int | None:
     return int(folder.name) if folder.name.isdigit() else None
 
 
+#: Points a sweep's record may describe: real sweeps have at most thousands, and a
+#: record that says ``seed=range(0,20000000)`` is not expanded to find out.
+MAX_POINTS = 100_000
+
+
+class SweepTooLarge(ValueError):
+    """A sweep record whose overrides expand past :data:`MAX_POINTS` (or never end)."""
+
+
 def planned_points(sweep_dir: Path) -> int | None:
     """How many points the sweep planned, from its ``multirun.yaml``: an optimising
     sweeper's ``n_trials``, or the grid's size; None when that cannot be told."""
+    return _planned(sweep_dir)[0]
+
+
+def _planned(sweep_dir: Path) -> tuple[int | None, str | None]:
+    """:func:`planned_points`, and why it cannot be told when the record is refused: it
+    is read within bounds (size, nesting, YAML aliases) and its grid is counted without
+    being expanded (at most :data:`MAX_POINTS` points)."""
+    from omegaconf import OmegaConf
+
+    from art_hydra.config.yaml_guard import YamlRefused, load_bounded
+
     path = sweep_dir / "multirun.yaml"
     if not path.is_file():
-        return None
+        return None, None
     try:
-        from omegaconf import OmegaConf
-
-        cfg = OmegaConf.load(path)
+        cfg = load_bounded(path)
         sweeper = OmegaConf.select(cfg, "hydra.sweeper", default=None)
         trials = OmegaConf.select(sweeper, "n_trials", default=None) if sweeper else None
-        if isinstance(trials, int):
-            return trials
+        if isinstance(trials, int) and not isinstance(trials, bool):
+            return trials, None
         overrides = OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or []
-        return _grid_size([str(o) for o in overrides])
-    except Exception:
-        return None
+        return grid_size([str(o) for o in overrides], path), None
+    except (YamlRefused, SweepTooLarge) as exc:
+        return None, f"planned points unknown: {exc}"
+    except Exception:  # a torn or foreign record: the count is only left out
+        return None, None
 
 
-def _grid_size(overrides: list[str]) -> int | None:
+def grid_size(overrides: list[str], source: Path | str) -> int | None:
+    """The number of points of a grid of ``overrides`` (None: an interval, which only an
+    optimising sweeper samples), counted without expanding them. ``source`` names the
+    record in the :class:`SweepTooLarge` raised past :data:`MAX_POINTS`."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
 
     size = 1
-    for override in OverridesParser.create().parse_overrides(overrides):
+    for text, override in zip(
+        overrides, OverridesParser.create().parse_overrides(overrides), strict=True
+    ):
         if not override.is_sweep_override():
             continue
-        if isinstance(override.value(), (ChoiceSweep, RangeSweep)):
-            size *= len(list(override.sweep_iterator()))
+        value = override.value()
+        if isinstance(value, RangeSweep):
+            size *= _range_size(override, text, source)
+        elif isinstance(value, ChoiceSweep):
+            size *= len(value.list)
         else:
             return None  # an interval: only an optimising sweeper samples it
+        if size > MAX_POINTS:
+            raise SweepTooLarge(
+                f"{source}: the overrides up to {text!r} make more than {MAX_POINTS:,} sweep "
+                f"points (art_hydra's limit for a sweep record); it is not expanded"
+            )
     return size
+
+
+def _range_size(override: Any, text: str, source: Path | str) -> int:
+    """The points of ``range(start, stop, step)``, counted arithmetically before Hydra
+    steps through it; a step of 0 (a range that never ends) or more than
+    :data:`MAX_POINTS` points is refused."""
+    value = override.value()
+    start, stop, step = value.start, value.stop, value.step
+    numbers = all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        for v in (start, stop, step)
+    )
+    if not numbers or step == 0:
+        raise SweepTooLarge(f"{source}: the override {text!r} is a range that never ends")
+    estimate = max(0, math.ceil((stop - start) / step))
+    if estimate > MAX_POINTS:
+        raise SweepTooLarge(
+            f"{source}: the override {text!r} makes {estimate:,} sweep points, more than "
+            f"{MAX_POINTS:,} (art_hydra's limit for a sweep record); it is not expanded"
+        )
+    if all(isinstance(v, int) for v in (start, stop, step)):
+        return estimate
+    return len(list(override.sweep_iterator()))  # floats: Hydra's own stepping, bounded
 
 
 def summarize(sweep_dir: str | Path) -> Summary:
     """Read every job folder of ``sweep_dir`` and rank the finished ones by their
     objective (best first, in the direction their records name)."""
     root = Path(sweep_dir)
-    jobs = [read_job(folder) for folder in job_folders(root)]
+    folders = job_folders(root)
+    notes = []
+    if len(folders) > MAX_JOBS:
+        notes.append(
+            f"{root} holds more than {MAX_JOBS:,} job folders (art_hydra's limit for a "
+            f"sweep); only the first {MAX_JOBS:,} were read"
+        )
+    jobs = [read_job(folder) for folder in folders[:MAX_JOBS]]
     scored = [j for j in jobs if j.scored]
     kinds: dict[tuple[Any, Any], int] = {}
     for job in scored:  # the objective most jobs have; ties: the first job's
@@ -468,7 +539,9 @@ def summarize(sweep_dir: str | Path) -> Summary:
         job.rank = rank
     rest = sorted((j for j in jobs if not j.ranked), key=_order)
     unranked = [j for j in rest if j.other_objective]
-    return Summary(root, [*ranked, *rest], planned_points(root), unranked)
+    planned, why = _planned(root)
+    notes += [why] if why else []
+    return Summary(root, [*ranked, *rest], planned, unranked, notes)
 
 
 def _order(job: Job) -> tuple[int, str]:

@@ -14,6 +14,7 @@ and a checkpoint is verified against its manifest before anything is loaded.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -96,19 +97,77 @@ class Source:
 
 
 def read_run_config(run_dir: Path) -> Any:
-    """``run_config.yaml`` typed by the schema (enums as enums), or a :class:`UsageError`."""
+    """``run_config.yaml`` typed by the schema (enums as enums), or a :class:`UsageError`.
+    Read within bounds (size, nesting, YAML aliases): a run folder may come from anyone."""
     from omegaconf import OmegaConf
 
     from art_hydra.config.schema import RunConfig
+    from art_hydra.config.yaml_guard import YamlRefused, load_bounded
 
     path = run_dir / RUN_CONFIG
     try:
-        saved = OmegaConf.load(path)
-        return OmegaConf.merge(OmegaConf.structured(RunConfig), saved)
+        saved = load_bounded(path)
+    except YamlRefused as exc:
+        raise UsageError(f"{exc}; it is not read as a run config") from None
+    raw = OmegaConf.to_container(saved, resolve=False)
+    model = raw.get("model") if isinstance(raw, dict) else None
+    reads = _interpolation(model, "model", reads_env=True) if isinstance(model, dict) else None
+    if reads is not None:  # which model loads (a hub id is a request) is not the folder's
+        raise UsageError(
+            f"{path}: {reads[0]}={reads[1]!r} reads your environment to choose the model; a "
+            "run folder is data, and the value would go where the model is looked for (a hub "
+            f"id is a request to a host). Write the value itself in {path}"
+        )
+    where = _interpolation(raw)
+    if where is not None:
+        key, value = where
+        raise UsageError(
+            f"{path}: {key}={value!r} is an interpolation; a run saves its config resolved, "
+            "so this one was edited, and resolving it could read your environment "
+            "(${oc.env:...}) into what the command prints or writes. It is not read; "
+            f"write the value itself in {path}"
+        )
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(RunConfig), saved)
     except Exception as exc:  # a config another version wrote, or an edited one
         raise UsageError(
             f"{path} cannot be read as a run config of this art_hydra: {exc}".rstrip()
         ) from None
+    from art_hydra.config import secrets
+
+    secrets.remember(merged)  # what this command prints or writes never shows those values
+    try:
+        OmegaConf.resolve(merged)  # what the run read from the environment, read now
+    except Exception as exc:
+        raise UsageError(
+            f"{path}: {str(exc).splitlines()[0]}: the run read it from the environment (the "
+            "file keeps its ${oc.env:...} expression, never its value); set the variable as "
+            "it was for the run, and run again"
+        ) from None
+    return merged
+
+
+#: ``${oc.env:NAME}`` or ``${oc.env:NAME,default}`` (no nested interpolation).
+_ENV_READ = re.compile(r"\$\{oc\.env:[^${}]*\}")
+
+
+def _interpolation(node: Any, where: str = "", reads_env: bool = False) -> tuple[str, str] | None:
+    """The first ``(key, value)`` of ``node`` (plain data) whose text is an interpolation
+    other than an environment read (``reads_env``: any interpolation at all)."""
+    if isinstance(node, dict):
+        items: Any = ((f"{where}.{k}" if where else str(k), v) for k, v in node.items())
+    elif isinstance(node, list):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(node))
+    else:
+        # A run keeps what it read from the environment as ${oc.env:...}: read again now.
+        text = node if reads_env or not isinstance(node, str) else _ENV_READ.sub("", node)
+        unread = isinstance(node, str) and "${" in text
+        return (where, node) if unread else None
+    for key, value in items:
+        found = _interpolation(value, key, reads_env)
+        if found is not None:
+            return found
+    return None
 
 
 def locate(path: str | Path, checkpoint: str | None = None) -> Source:
@@ -157,9 +216,16 @@ def _export_record(folder: Path) -> dict[str, Any]:
 
 def _in_run(run_dir: Path, checkpoint: str | None) -> Source:
     """The checkpoint of ``run_dir`` to load, verified against its manifest."""
+    from art_hydra.config.validators import _checkpoint_dir_flaw
     from art_hydra.run_folder import checkpoint_step, latest_intact, verify
 
     cfg = read_run_config(run_dir)
+    flaw = _checkpoint_dir_flaw(str(cfg.checkpoint.dir))
+    if flaw is not None:  # an edited config: the checkpoints are looked for in the run only
+        raise UsageError(
+            f"{run_dir / RUN_CONFIG}: checkpoint.dir={cfg.checkpoint.dir} {flaw} A run's "
+            "checkpoints are in a folder inside it; give a run folder as a run left it"
+        )
     root = run_dir / cfg.checkpoint.dir
     if checkpoint is None:
         found, skipped = latest_intact(root)
@@ -191,6 +257,48 @@ def _in_run(run_dir: Path, checkpoint: str | None) -> Source:
     return Source("checkpoint", folder, run_dir, cfg, checkpoint_step(folder))
 
 
+def task_code_refusal(cfg: Any, path: Path) -> None:
+    """Refuse a run config read from ``path`` (a file: a run folder's record) whose task
+    names code a config file may not: a library or standard-library function, or one
+    not marked for its role (``task.allowed_modules`` from a file widens nothing). The
+    rules a run applies to its config files (:mod:`art_hydra.config.trust`), checked
+    here to name the key; :func:`build_folder_task` enforces them while building."""
+    from omegaconf import OmegaConf
+
+    from art_hydra.config.targets import key_role, marker_in_source, refusal
+    from art_hydra.config.trust import reward_keys
+
+    keys = reward_keys(cfg)
+    if str(cfg.task.source) in ("generated", "TaskSource.generated"):
+        keys.append("task.generator")
+    for key in keys:
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is None:
+            continue
+        role = key_role(key)
+        why = refusal(value, key)
+        if why is None and marker_in_source(str(value), role) is not True:
+            why = f"is not marked @{role} (a def decorated @{role} in its module's source)."
+        if why is not None:
+            raise UsageError(
+                f"{path}: {key}={value} {why} A run folder's config is a file, not your "
+                "command line, so it names only functions marked @reward / @generator (and "
+                "art_hydra's own); its task is not built. Mark the function in its source, or "
+                "give prompts with -p or --file instead of --task"
+            )
+
+
+def build_folder_task(cfg: Any, path: Path) -> Any:
+    """The task of a run config read from ``path``, built under the trust rules of a
+    config file: nothing in it counts as set by hand (``Hand()``)."""
+    from art_hydra.config.trust import Hand, by_hand
+    from art_hydra.tasks import build_task
+
+    task_code_refusal(cfg, path)
+    with by_hand(Hand()):
+        return build_task(cfg)
+
+
 @dataclass
 class Trained:
     """A loaded trained model: the transformers model (with LoRA layers injected for a
@@ -220,16 +328,49 @@ def native_dtype(cfg: Any, loaded: Any) -> Any:
     return named or loaded
 
 
+def remote_code_refusal(source: Source, trust_remote_code: bool) -> None:
+    """Refuse a run folder whose saved config asks for the model's own code when the
+    command line did not: a run folder is data (anyone may have written it), and
+    ``model.trust_remote_code=true`` there would run the Python its checkpoint's
+    ``config.json`` names (``auto_map``). Only the command's ``--trust-remote-code``
+    allows that."""
+    if trust_remote_code or source.cfg is None or source.cfg.model.trust_remote_code is not True:
+        return
+    raise UsageError(
+        f"{source.run_dir / RUN_CONFIG} sets model.trust_remote_code=true: loading this run's "
+        f"model would run the Python code that comes with it (model '{source.cfg.model.name}', "
+        f"the auto_map of {source.folder / 'config.json'}), and a run folder cannot decide "
+        "that. Pass --trust-remote-code if you trust that folder's code"
+    )
+
+
 def load(
     source: Source, device: str = "cpu", float32: bool = True, trust_remote_code: bool = False
 ) -> Trained:
     """Load ``source``'s trained model on ``device`` (weights in float32 unless
-    ``float32=False``, which keeps the stored dtype), for merging or sampling."""
+    ``float32=False``, which keeps the stored dtype), for merging or sampling. The model's
+    own code runs only with ``trust_remote_code`` (the command line's flag): never
+    because the run folder's config says so."""
+    remote_code_refusal(source, trust_remote_code)
+    if source.cfg is not None:  # the base of a pretrained LoRA run loads under the flag too
+        source.cfg.model.trust_remote_code = trust_remote_code
+    try:
+        return _load(source, device, float32, trust_remote_code)
+    except ValueError as exc:  # transformers: the folder's config names its own code
+        if isinstance(exc, CompactHydraException) or "trust_remote_code" not in str(exc):
+            raise
+        raise UsageError(
+            f"{source.folder} holds model or tokenizer code of its own (an auto_map in its "
+            "config.json or tokenizer_config.json), which runs only when you allow it: pass "
+            "--trust-remote-code if you trust that folder's code"
+        ) from None
+
+
+def _load(source: Source, device: str, float32: bool, trust: bool) -> Trained:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one line per command, not a bar per load
-    trust = trust_remote_code or bool(source.cfg is not None and source.cfg.model.trust_remote_code)
     tokenizer = AutoTokenizer.from_pretrained(source.folder, trust_remote_code=trust)
     tokenizer.padding_side = "left"
     if source.kind == "export" or not source.is_lora:

@@ -137,26 +137,74 @@ def compose_and_check(
     overrides = list(overrides)
     if hand is None:
         hand = hand_of(overrides, lambda name: hydra_compat.is_group(loader, name))
-    try:
-        if master is not None:
-            cfg = loader.load_sweep_config(master, overrides)
-        else:
-            cfg = loader.load_configuration(config_name, overrides, run_mode=run_mode)
-        problems: list[Problem] = []
-        if master is None and run_mode == RunMode.RUN:
-            hydra_compat.as_single_run(cfg)
-    except Exception:  # any failure, even an OmegaConf bug, gets the full diagnosis
-        if master is not None:
-            config_name = master.hydra.job.config_name
-            overrides = [*master.hydra.overrides.hydra, *overrides]
-            run_mode = RunMode.RUN
-        cfg, problems = _diagnose(loader, config_name, overrides, run_mode)
+    with hydra_compat.refused_reads() as refused:
+        cfg, problems = _compose(loader, config_name, overrides, run_mode, master)
+    if refused:  # a config file past the bounds: it alone is the report, nothing composed
+        cfg, problems = None, [_refused_file_problem(r) for r in refused]
     result = Composition(None, problems, hand=hand)
     if cfg is not None and keep_composed:
         result.composed = copy.deepcopy(cfg)  # the checks below resolve cfg in place
     if cfg is not None:
         _check_composed(result, loader, config_name, cfg, overrides, job_num, validate)
     return result
+
+
+def _compose(
+    loader: ConfigLoader,
+    config_name: str | None,
+    overrides: list[str],
+    run_mode: RunMode,
+    master: DictConfig | None,
+) -> tuple[DictConfig | None, list[Problem]]:
+    """The config as Hydra composes it, or the diagnosis of why it does not compose."""
+    try:
+        if master is not None:
+            cfg = loader.load_sweep_config(master, overrides)
+        else:
+            cfg = loader.load_configuration(config_name, overrides, run_mode=run_mode)
+        if master is None and run_mode == RunMode.RUN:
+            hydra_compat.as_single_run(cfg)
+        return cfg, []
+    except Exception:  # any failure, even an OmegaConf bug, gets the full diagnosis
+        if master is not None:
+            config_name = master.hydra.job.config_name
+            overrides = [*master.hydra.overrides.hydra, *overrides]
+            run_mode = RunMode.RUN
+        cfg, problems = _diagnose(loader, config_name, overrides, run_mode)
+        return cfg, _searchpath_problem(loader, config_name) + problems
+
+
+def _searchpath_problem(loader: ConfigLoader, config_name: str | None) -> list[Problem]:
+    """The primary config file's own ``hydra.searchpath``, which the loader did not
+    follow (a file may not widen where configs come from): named where composing
+    failed without it."""
+    ignored = getattr(loader, "ignored_searchpath", None)
+    if ignored is None or ignored[0] != config_name:
+        return []
+    key = "hydra.searchpath"
+    return [
+        Problem(
+            key,
+            ignored[1],
+            f"is set by the primary config file {config_name}: it adds places Hydra reads "
+            "configs from (a pkg:// entry imports that package), and a config file may not "
+            "widen where configs come from.",
+            fix(note=f"{key}=[...] or --config-dir on the command line, if you trust them"),
+            Kind.override,
+        )
+    ]
+
+
+def _refused_file_problem(refused: Any) -> Problem:
+    """A config file Hydra was about to read that is past the bounds of a config file
+    (:mod:`art_hydra.config.yaml_guard`), named with the bound."""
+    return Problem(
+        refused.path,
+        os.path.basename(refused.path),
+        f"this config file {refused.reason}; nothing was composed.",
+        fix(note=f"repair or remove {refused.path}, or stop naming it"),
+        Kind.group,
+    )
 
 
 def _check_composed(
@@ -209,7 +257,11 @@ def in_run_folder(
     if result.run_dir == os.path.abspath(folder) or not _reads_hydra(composed):
         result.run_dir = os.path.abspath(folder)
         return result
-    moved = Composition(None, hand=result.hand, composed=composed)
+    # rank 0's folder is the launch's own choice, made from this rank's hand: no file's
+    hand = result.hand
+    if hand is not None:
+        hand = dataclasses.replace(hand, keys=hand.keys | {"hydra.run.dir"})
+    moved = Composition(None, hand=hand, composed=composed)
     _check_composed(moved, loader, config_name, copy.deepcopy(composed), overrides, None, True)
     return moved
 
@@ -301,7 +353,9 @@ def _group_content(loader: ConfigLoader, cfg: DictConfig) -> Any:
     ``installed(group)`` says whether that option comes with an installed package (a
     plugin's own config) rather than from a folder of config files."""
     return _GroupFiles(
-        loader, dict(OmegaConf.select(cfg, "hydra.runtime.choices", default=None) or {})
+        loader,
+        dict(OmegaConf.select(cfg, "hydra.runtime.choices", default=None) or {}),
+        hydra_compat.files_of(cfg),
     )
 
 
@@ -316,9 +370,27 @@ def _primary(loader: ConfigLoader, config_name: str | None) -> Any:
 
 
 class _GroupFiles:
-    def __init__(self, loader: ConfigLoader, choices: dict[str, Any]) -> None:
+    def __init__(self, loader: ConfigLoader, choices: dict[str, Any], files: Any = None) -> None:
         self.loader, self.choices = loader, choices
+        #: The files that composed the config (:func:`hydra_compat.files_of`; None: unknown).
+        self.files = files
         self._loaded: dict[str, Any] = {}
+
+    def shadowed(self, config_path: str) -> str | None:
+        """Who ships an option of this name in a trusted source (Hydra, art_hydra, an
+        installed plugin), where a folder of config files holds one too (None: nobody)."""
+        from art_hydra.config.hydra_section import _trusted_source
+
+        for source in self.loader.repository.get_sources():  # type: ignore[attr-defined]
+            probe = hydra_compat.ConfigFile(
+                "", f"{source.scheme()}://{source.path}", source.provider, {}
+            )
+            try:
+                if _trusted_source(probe) and source.is_config(config_path):
+                    return str(source.provider)
+            except Exception:
+                continue
+        return None
 
     def loaded(self, group: str) -> Any:
         """The Hydra ``LoadedConfig`` of the group's chosen option (None: unreadable)."""

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import os
 import sys
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import hydra
@@ -31,12 +33,17 @@ WRITTEN_FOR = {"hydra-core": "1.3.", "omegaconf": "2.3."}
 
 #: The private names used below, by module (the compatibility test checks each exists).
 PRIVATE_NAMES = {
-    "hydra._internal.utils": ("get_args_parser", "create_config_search_path", "run_and_report"),
+    "hydra._internal.utils": (
+        "get_args_parser",
+        "create_config_search_path",
+        "run_and_report",
+        "compute_search_path_dir",
+    ),
     "hydra._internal.callbacks": ("Callbacks",),
     "hydra._internal.config_loader_impl": ("ConfigLoaderImpl", "get_overrides_dirname"),
-    "hydra._internal.config_repository": ("CachingConfigRepository",),
     "hydra._internal.defaults_list": ("create_defaults_list",),
     "hydra._internal.core_plugins.basic_sweeper": ("BasicSweeper",),
+    "hydra._internal.config_repository": ("CachingConfigRepository", "ConfigRepository"),
 }
 
 
@@ -51,6 +58,15 @@ def unsupported_versions() -> list[str]:
         for name, version in installed_versions().items()
         if not version.startswith(WRITTEN_FOR[name])
     ]
+
+
+def primary_search_dir(config_path: str, calling_module: str) -> str:
+    """The primary config folder Hydra's entry point makes of ``--config-path``: an
+    absolute or ``pkg://`` one as given, a relative one against ``calling_module``'s
+    package (``conf`` from ``art_hydra.cli`` is ``pkg://art_hydra/conf``)."""
+    from hydra._internal.utils import compute_search_path_dir
+
+    return str(compute_search_path_dir(None, calling_module, config_path))
 
 
 def args_parser() -> Any:
@@ -294,8 +310,12 @@ def _caching_loader_class() -> type:
 class _ComposedSelection:
     """One group selection, composed: the config before any value override."""
 
-    def __init__(self, cfg: DictConfig, choices: dict, sources: list, signature: Any):
+    def __init__(
+        self, cfg: DictConfig, choices: dict, sources: list, signature: Any, files: tuple = ()
+    ):
         self.cfg, self.choices, self.sources, self.signature = cfg, choices, sources, signature
+        #: Every config file composed, in merge order (:class:`ConfigFile`).
+        self.files = files
 
 
 class _CachingLoaderMixin:
@@ -408,7 +428,9 @@ class _CachingLoaderMixin:
             cfg, base = self._compose_selection(config_name, parsed, values, run_mode, key)
         else:
             cfg = copy.deepcopy(base.cfg)
-        return self._finish(cfg, base, config_name, parsed, values)
+        cfg = self._finish(cfg, base, config_name, parsed, values)
+        remember_files(cfg, base.files)
+        return cfg
 
     def _compose_selection(
         self,
@@ -435,6 +457,7 @@ class _CachingLoaderMixin:
             prepend_hydra=True,
             skip_missing=run_mode == RunMode.MULTIRUN,
         )
+        files = _config_files(repo, defaults.defaults)  # before composing merges into them
         cfg = self._compose_config_from_defaults_list(  # type: ignore[attr-defined]
             defaults=defaults.defaults, repo=repo
         )
@@ -449,6 +472,7 @@ class _CachingLoaderMixin:
             dict(defaults.overrides.known_choices),
             sources,
             self._repos[key[0]]._art_hydra_signature,
+            files,
         )
         # Kept from the second composition of a selection on: a one-off (the
         # command line's single run) does not pay for the copy.
@@ -545,3 +569,274 @@ def _tree_stamp(root: str) -> tuple:
             except OSError:
                 stamp.append((entry.path, None))
     return tuple(sorted(stamp, key=str))
+
+
+# ---- every config file Hydra reads, read within bounds --------------------------------
+
+#: Hydra's own search-path step (:func:`_own_searchpath_only` calls it).
+_hydras_searchpath: Any = None
+#: Files refused by the bounded read during the current composition (None: no record).
+_refused: ContextVar[list | None] = ContextVar("art_hydra_refused_reads", default=None)
+
+
+@contextlib.contextmanager
+def refused_reads() -> Iterator[list]:
+    """The config files refused while composing in the block (``YamlRefused`` each):
+    Hydra wraps a config source's error in its own, so composition learns of a refused
+    file here rather than from the exception it sees."""
+    token = _refused.set([])
+    try:
+        yield _refused.get()  # type: ignore[misc]
+    finally:
+        _refused.reset(token)
+
+
+def guard_config_reads() -> None:
+    """Make Hydra read each YAML file of a file or package config source through
+    :mod:`art_hydra.config.yaml_guard` (a regular file, its size, nesting and alias
+    expansion bounded) and only inside its config folder: at the one point where Hydra's
+    repository asks a source for a config, so a linked file, a folder of decoys, a
+    search-path folder or a defaults entry that climbs (``- ../../elsewhere/x``) are all
+    read the same way. (The sources' own classes are re-created by Hydra's plugin scan,
+    so the repository, which is not, is where the read is taken over.) Any loader, Hydra's
+    own included, also leaves a primary config file's ``hydra.searchpath`` unfollowed
+    (:func:`_own_searchpath_only`). Idempotent."""
+    from hydra._internal.config_repository import ConfigRepository
+
+    global _hydras_searchpath
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    if getattr(ConfigRepository.load_config, "_art_hydra_bounded", False):
+        return
+    _bounded_repo_load._art_hydra_bounded = True  # type: ignore[attr-defined]
+    ConfigRepository.load_config = _bounded_repo_load  # type: ignore[method-assign]
+    _hydras_searchpath = ConfigLoaderImpl._process_config_searchpath
+    ConfigLoaderImpl._process_config_searchpath = _own_searchpath_only  # type: ignore[method-assign]
+
+
+def _own_searchpath_only(
+    self: Any, config_name: str | None, parsed_overrides: list[Override], repo: Any
+) -> None:
+    """Hydra's ``ConfigLoaderImpl._process_config_searchpath``, except that a primary
+    config file's own ``hydra.searchpath`` is not followed: a ``pkg://`` entry imports
+    that package, and a folder it adds could shadow any config. Only the command line
+    (``hydra.searchpath=[...]``, ``--config-dir``) widens where configs come from; the
+    trust check refuses the file's setting by name (:mod:`art_hydra.config.hydra_section`,
+    or composition's report where nothing composes without it)."""
+    by_hand = any(o.get_key_element() == "hydra.searchpath" for o in parsed_overrides)
+    if not by_hand and config_name is not None:
+        try:
+            loaded = repo.load_config(config_path=config_name)
+            wanted = OmegaConf.select(loaded.config, "hydra.searchpath") if loaded else None
+        except Exception:
+            wanted = None  # Hydra's own call below reports an unreadable primary config
+        if wanted:
+            self.ignored_searchpath = (config_name, OmegaConf.to_container(wanted))
+            return
+    _hydras_searchpath(self, config_name, parsed_overrides, repo)
+
+
+def _bounded_repo_load(self: Any, config_path: str) -> Any:
+    """Hydra's ``ConfigRepository.load_config`` (1.3), the source's read made bounded."""
+    from hydra.core.object_type import ObjectType
+
+    source = self._find_object_source(config_path=config_path, object_type=ObjectType.CONFIG)
+    if source is None:
+        return None
+    scheme = source.scheme()
+    if scheme == "file":
+        ret = _bounded_file_load(source, config_path)
+    elif scheme == "pkg":
+        ret = _bounded_pkg_load(source, config_path)
+    else:
+        ret = source.load_config(config_path=config_path)
+    ret.is_schema_source = (
+        source.__class__.__name__ == "StructuredConfigSource" and source.provider == "schema"
+    )
+    raw_defaults = self._extract_defaults_list(config_path, ret.config)
+    ret.defaults_list = self._create_defaults_list(config_path, raw_defaults)
+    return ret
+
+
+def _refuse(path: str, reason: str) -> Exception:
+    from art_hydra.config.yaml_guard import YamlRefused
+
+    refused = YamlRefused(path, reason)
+    found = _refused.get()
+    if found is not None and all(r.path != refused.path for r in found):
+        found.append(refused)
+    return refused
+
+
+def _bounded_result(source: Any, text: str, where: str) -> Any:
+    """Hydra's ``ConfigResult`` for the YAML ``text`` of the file ``where``, once within
+    the bounds, built as Hydra's own sources build it (header from the first 512
+    characters, ``OmegaConf.load``)."""
+    import io
+
+    from hydra.plugins.config_source import ConfigResult
+
+    from art_hydra.config.yaml_guard import text_refusal
+
+    why = text_refusal(text)
+    if why is not None:
+        raise _refuse(where, why)
+    return ConfigResult(
+        config=OmegaConf.load(io.StringIO(text)),
+        path=f"{source.scheme()}://{source.path}",
+        provider=source.provider,
+        header=source._get_header_dict(text[:512]),
+    )
+
+
+def _bounded_file_load(self: Any, config_path: str) -> Any:
+    from hydra.plugins.config_source import ConfigLoadError
+
+    from art_hydra.config.yaml_guard import YamlRefused, read_text_bounded
+
+    full = os.path.realpath(os.path.join(self.path, self._normalize_file_name(config_path)))
+    if not os.path.exists(full):
+        raise ConfigLoadError(f"Config not found : {full}")
+    root = os.path.realpath(self.path)
+    if os.path.commonpath([root, full]) != root:
+        raise _refuse(
+            full, f"is outside the config folder {self.path} ('{config_path}' leads out of it)"
+        )
+    try:
+        text = read_text_bounded(full)
+    except YamlRefused as exc:
+        raise _refuse(full, exc.reason) from None
+    return _bounded_result(self, text, full)
+
+
+def _bounded_pkg_load(self: Any, config_path: str) -> Any:
+    from importlib import resources
+
+    from hydra.plugins.config_source import ConfigLoadError
+
+    from art_hydra.config.yaml_guard import MAX_BYTES, YamlRefused, read_text_bounded
+
+    name = self._normalize_file_name(config_path)
+    root = resources.files(self.path)
+    res = root.joinpath(name)
+    if not res.exists():
+        raise ConfigLoadError(f"Config not found : {name}")
+    where = f"pkg://{self.path}/{name}"
+    if isinstance(res, os.PathLike) and isinstance(root, os.PathLike):
+        full, top = os.path.realpath(res), os.path.realpath(root)
+        if os.path.commonpath([top, full]) != top:
+            raise _refuse(full, f"is outside the package {self.path} ('{config_path}' leads out)")
+        try:
+            return _bounded_result(self, read_text_bounded(full), full)
+        except YamlRefused as exc:
+            raise _refuse(full, exc.reason) from None
+    with res.open("rb") as handle:
+        data = handle.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise _refuse(where, f"is more than {MAX_BYTES:,} bytes, more than a config file may be")
+    try:
+        return _bounded_result(self, data.decode("utf-8"), where)
+    except UnicodeDecodeError:
+        raise _refuse(where, "is not UTF-8 text") from None
+
+
+guard_config_reads()
+
+
+# ---- which file set what ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigFile:
+    """One config Hydra merged into a composition: where it came from and what it set
+    under ``hydra`` (leaf paths below ``hydra``, as tuples of keys, to their raw values)."""
+
+    config_path: str
+    #: Its source: ``structured://``, ``pkg://hydra.conf``, ``file:///a/folder``, ...
+    source: str
+    provider: str
+    hydra: dict
+
+
+#: Config sources whose settings need no record when they are the only ones composed:
+#: Hydra's own, installed plugins' (structured) and art_hydra's shipped ``conf/``.
+_OWN_SOURCES = ("structured://", "pkg://hydra.conf", "pkg://art_hydra.conf")
+
+
+def _config_files(repo: Any, defaults: list) -> tuple[ConfigFile, ...]:
+    loaded_files = []
+    for default in defaults:
+        if default.config_path is None:
+            continue
+        try:
+            loaded = repo.load_config(config_path=default.config_path)
+        except Exception:
+            continue  # composing reports it
+        if loaded is not None:
+            loaded_files.append((default, loaded))
+    # What the trusted configs set matters only beside a file from elsewhere.
+    plain = all(str(loaded.path) in _OWN_SOURCES for _, loaded in loaded_files)
+    return tuple(
+        ConfigFile(
+            default.config_path,
+            str(loaded.path),
+            loaded.provider,
+            {} if plain else dict(_hydra_leaves(loaded.config, default.package or "")),
+        )
+        for default, loaded in loaded_files
+    )
+
+
+def _hydra_leaves(config: Any, package: str) -> Iterator[tuple[tuple, Any]]:
+    """The leaves a config sets below ``hydra`` once placed at ``package``."""
+    parts = tuple(package.split(".")) if package else ()
+    if parts and parts[0] != "hydra":
+        return
+    try:
+        content = OmegaConf.to_container(config, resolve=False)
+    except Exception:
+        return
+    if not isinstance(content, dict):
+        return
+    content.pop("defaults", None)
+    if not parts:
+        if "hydra" not in content:
+            return
+        content, parts = content["hydra"], ("hydra",)
+    yield from _leaves_of(content, parts[1:])
+
+
+def _leaves_of(node: Any, path: tuple) -> Iterator[tuple[tuple, Any]]:
+    if isinstance(node, dict):
+        for key, value in node.items():  # an empty mapping merges nothing
+            yield from _leaves_of(value, (*path, str(key)))
+    elif path:
+        yield path, node
+
+
+_files_of: dict[int, tuple[ConfigFile, ...]] = {}
+
+
+def remember_files(cfg: Any, files: tuple[ConfigFile, ...]) -> None:
+    """Keep which files composed ``cfg`` for as long as ``cfg`` lives."""
+    import weakref
+
+    if id(cfg) not in _files_of:
+        weakref.finalize(cfg, _files_of.pop, id(cfg), None)
+    _files_of[id(cfg)] = files
+
+
+def files_of(cfg: Any) -> tuple[ConfigFile, ...] | None:
+    """The files that composed ``cfg`` (None: not composed by art_hydra's loader)."""
+    return _files_of.get(id(cfg))
+
+
+def resolve_text(cfg: DictConfig, text: str) -> Any:
+    """``text`` resolved as a value of ``cfg``'s ``hydra`` node would be."""
+    probe = "_art_hydra_probe"
+    with read_write(cfg.hydra), open_dict(cfg.hydra):
+        cfg.hydra[probe] = text
+        try:
+            return OmegaConf.select(cfg, f"hydra.{probe}", throw_on_missing=True)
+        finally:
+            cfg.hydra.pop(probe, None)

@@ -12,19 +12,44 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable
-from importlib.metadata import EntryPoint, entry_points
+import re
+from collections.abc import Callable, Iterator
+from importlib.metadata import EntryPoint, distributions
 from typing import Any, Generic, TypeVar
 
 from art_hydra.config.problems import Kind, Problem, fix
+from art_hydra.import_path import installed_locations
 
 T = TypeVar("T")
+
+#: Every plugin entry point loaded in this process, as ``(group, name, value)``: code
+#: outside art_hydra that ran, for the dry run's account.
+LOADED: list[tuple[str, str, str]] = []
+
+
+def installed_entry_points(group: str) -> Iterator[EntryPoint]:
+    """The entry points of ``group`` that installed distributions declare: read from the
+    environment's install folders only, never from the working folder, where a
+    ``*.dist-info`` (hidden or not) lying among the data is data, not an install. The
+    first distribution of a name wins, as ``importlib.metadata.entry_points`` has it."""
+    seen: set[str] = set()
+    for dist in distributions(path=installed_locations()):
+        try:
+            name = re.sub(r"[-_.]+", "-", dist.metadata["Name"] or "").lower()
+            found = dist.entry_points.select(group=group)
+        except Exception:  # an unreadable record: not an install to take code from
+            continue
+        if name in seen:
+            continue
+        seen.add(name)
+        yield from found
 
 
 class PluginRegistry(Generic[T]):
     """Entries by name. Loading imports ``builtin_modules`` (first, in order), then every
-    entry point of ``group``; an entry point that fails to import is kept as a load error,
-    which validation reports, instead of a traceback.
+    entry point of ``group`` an installed distribution declares; an entry point that
+    fails to import is kept as a load error, which validation reports, instead of a
+    traceback.
 
     ``what`` names one entry in reports ("policy loss"). ``adopt`` is called with each
     loaded entry point and the object it names, for a registry that takes an entry point
@@ -54,7 +79,8 @@ class PluginRegistry(Generic[T]):
         self._loaded = True
         for module in self.builtin_modules:
             importlib.import_module(module)
-        for ep in entry_points(group=self.group):
+        for ep in installed_entry_points(self.group):
+            LOADED.append((self.group, ep.name, ep.value))
             try:
                 loaded = ep.load()
             except Exception as exc:  # reported by validation, not a traceback

@@ -13,7 +13,8 @@ point's name unless it is decorated) or a module whose import registers some::
 Every registered validator runs on every config, and their findings are collected, not
 raised one at a time, so the user gets one report with every problem. Loading and the
 report of a plugin that fails to import are :class:`PluginRegistry`'s, as for the other
-registries users extend.
+registries users extend; entry points are read from installed distributions only (a
+``*.dist-info`` lying in the working folder is data, not an install).
 """
 
 from __future__ import annotations

@@ -37,6 +37,10 @@ EXPORT = "export"
 EXPORT_LEFTOVERS = (f".{EXPORT}.tmp-*", f".{EXPORT}.old-*")
 #: A sweep's ranked summary of its jobs, written into the sweep folder.
 SWEEP_SUMMARY = ("summary.csv", "summary.md")
+#: The run folder's list of the entries its runs made there (JSON, written atomically):
+#: the only entries a run ever deletes or replaces; everything else in the folder is
+#: left alone.
+RUN_MANIFEST = "run_manifest.json"
 #: The lock a training run holds on its folder.
 LOCK = "run.lock"
 #: Each rank's status file, read by the others when a collective stalls.

@@ -712,6 +712,15 @@ class TaskConfig:
             "Modules whose unmarked functions reward and generator may name (command line only)."
         ),
     )
+    allow_remote_data: bool = setting(
+        False,
+        help=(
+            "Let the run fetch the remote data files (hf://, https://, s3://, any URL) that a "
+            "dataset folder's card names in its data_files (source=dataset; command line "
+            "only). The pre-flight never fetches: it says what the run will fetch."
+        ),
+        legacy=False,
+    )
 
 
 @dataclass

@@ -242,10 +242,24 @@ def role_of(fn: Any) -> str | None:
     return role if isinstance(role, str) else None
 
 
+def not_found(module: str, key: str) -> str:
+    """Why ``module`` cannot be imported, and where the command looks for it."""
+    top = module.partition(".")[0]
+    return (
+        f"no module named '{module}' is installed or on sys.path. The folder you run "
+        "art-hydra in is not on the import path (a data folder's files are data): a module "
+        "there is imported only when the command line names it, e.g. "
+        f"{key}={module}.<function> or task.allowed_modules=[{top}]; or install it, or "
+        "put its folder on PYTHONPATH."
+    )
+
+
 def not_marked(path: str, key: str) -> str:
     """Why a function a config file named may not run, and both ways to allow it."""
     role = key_role(key)
     module = path.rpartition(".")[0]
+    if module_origin(module) is None:
+        return f"names '{path}': {not_found(module, key)}"
     return (
         f"names '{path}', which is not marked as a {role} (a def decorated @{role} in its "
         "module's source, read without running it), and a config file may name only "
@@ -280,7 +294,7 @@ def resolve(path: str, key: str, *, by_hand: bool = True, hand_modules: Iterable
     except (ImportError, ValueError):
         found = False
     if not found:
-        raise TargetError(f"no module named '{module_name}' is installed or on sys.path.")
+        raise TargetError(not_found(module_name, key))
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:

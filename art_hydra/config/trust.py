@@ -22,8 +22,10 @@ launcher value with a line break, which would become its own line of the job scr
 ``hydra.job.env_set`` variables other than thread counts and device visibility, any
 ``_target_`` nested in the launcher's or sweeper's settings (Hydra instantiates them
 recursively), a ``hydra.output_subdir`` other than art_hydra's pending record, and log
-files outside the run folder or opened other than for appending. Every check reads the
-values as Hydra will act on them, interpolations resolved. It runs at composition
+files outside the run folder or opened other than for appending. Beyond these named
+cases, what a config file may set under ``hydra`` at all is an allowlist of bounded keys
+(:mod:`art_hydra.config.hydra_section`): anything else is refused by key. Every check
+reads the values as Hydra will act on them, interpolations resolved. It runs at composition
 for every entry (the CLI, the sweep master, every sweep point, ``compose``), before
 Hydra runs any callback or logging config. :func:`outside_code` lists, for a dry run,
 every piece of code outside art_hydra the run would import or execute.
@@ -42,7 +44,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from art_hydra.config import hydra_compat
+from art_hydra.config import hydra_compat, hydra_section
 from art_hydra.config.problems import Kind, Problem, fix
 from art_hydra.config.targets import (
     ART_HYDRA_GENERATORS,
@@ -58,13 +60,7 @@ from art_hydra.config.targets import (
 #: counts and device visibility. Any other variable may change what the job loads or
 #: where it connects (``LD_PRELOAD``, ``PYTHONPATH``, torch.distributed's ``MASTER_ADDR``
 #: and ``RANK``, ``HF_ENDPOINT``, proxies, ...), so only the command line sets it.
-SAFE_VARIABLES = frozenset(
-    {
-        "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-        "TOKENIZERS_PARALLELISM", "CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF",
-        "CUBLAS_WORKSPACE_CONFIG",
-    }
-)  # fmt: skip
+SAFE_VARIABLES = hydra_section.SAFE_VARIABLES
 #: The record Hydra writes for each job goes here (conf/config.yaml): renamed to
 #: ``.hydra`` under the run folder's lock.
 JOB_RECORD = "${art_hydra.job_record:}"
@@ -355,6 +351,19 @@ def _hydra_problems(cfg: Any, hand: Hand, chosen: GroupContent | None) -> list[P
     found += _launcher_problems(cfg, hand, chosen)
     found += _sweeper_setting_problems(cfg, hand)
     found += _launcher_place_problems(cfg, hand, chosen)
+    found += _env_problems(cfg, hand)
+    found += _output_subdir_problems(cfg, hand)
+    # The design: an allowlist of what a file may set, each value bounded; the checks
+    # above name the worst cases in their own words, and this one everything else.
+    return found + hydra_section.problems(cfg, hand, chosen, {p.key for p in found}, _view_of(cfg))
+
+
+def _view_of(cfg: Any) -> Callable[[str], Any]:
+    return lambda key: _view(cfg, key)
+
+
+def _env_problems(cfg: Any, hand: Hand) -> list[Problem]:
+    found = []
     env = _view(cfg, "hydra.job.env_set") or {}
     for name, value in env.items() if isinstance(env, dict) else []:
         key = f"hydra.job.env_set.{name}"
@@ -369,7 +378,6 @@ def _hydra_problems(cfg: Any, hand: Hand, chosen: GroupContent | None) -> list[P
                     fix(note=f"+{key}={value} on the command line, if you trust it"),
                 )
             )
-    found += _output_subdir_problems(cfg, hand)
     return found
 
 
@@ -695,7 +703,7 @@ def _file_of(path: str) -> str:
         origin = module_origin(".".join(parts[:cut]))
         if origin is not None:
             return origin
-    return "(not found on sys.path)"
+    return "(not found: not installed, and not a module the command line named)"
 
 
 def _remote_code(name: str) -> list[tuple[str, str, str]]:
@@ -722,14 +730,36 @@ def _remote_code(name: str) -> list[tuple[str, str, str]]:
 
 def outside_code_report(cfg: Any, hydra: Any = None) -> str:
     """The dry run's account of code outside art_hydra (inside a Hydra job, the job's
-    ``hydra`` node is read when none is given)."""
+    ``hydra`` node is read when none is given): what the config names, and what the
+    check itself imported or ran, read from the process (:func:`ran_outside`), so "no
+    code outside art_hydra" is said only when none was found."""
     if hydra is None:
         from hydra.core.hydra_config import HydraConfig
 
         hydra = HydraConfig.get() if HydraConfig.initialized() else None
     found = outside_code(cfg, hydra)
+    for entry in ran_outside():
+        if entry[2] not in {file for _, _, file in found}:
+            found.append(entry)
     if not found:
         return "No code outside art_hydra runs: only art_hydra's own code is imported or executed."
     lines = [f"  {what}: {name}\n      {file}" for what, name, file in found]
     head = "Code outside art_hydra that this run would import or execute (with its file):"
     return head + "\n" + "\n".join(lines)
+
+
+def ran_outside() -> list[tuple[str, str, str]]:
+    """Code outside art_hydra this process has already imported, as ``(what, name,
+    file)``: every plugin loaded through an entry point, and every module whose file lies
+    outside art_hydra, the standard library and the environment's installed packages (a
+    module of the working folder or of a ``PYTHONPATH`` folder)."""
+    from art_hydra.config.plugin_registry import LOADED
+    from art_hydra.import_path import outside_modules
+
+    found = []
+    for group, name, value in LOADED:
+        module = value.partition(":")[0].strip()
+        found.append((f"plugin {group}:{name}", value, module_origin(module) or "(not found)"))
+    for name, file in outside_modules():
+        found.append(("module from outside the standard library and site-packages", name, file))
+    return found

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from art_hydra import run_folder, run_identity
-from art_hydra.config import fields, run_files
+from art_hydra.config import fields, run_files, secrets
 from art_hydra.config.backends import get_backend
 from art_hydra.config.composition import Composition
 from art_hydra.config.problems import Placeholder, Problem, fix, placeholder
@@ -193,6 +193,8 @@ def add_world_problems(result: Composition, *, devices_here: bool = True) -> Non
     already has an error is not checked again)."""
     if result.resolved is None:
         return
+    if result.composed is not None:  # what the run's records keep as expressions
+        secrets.remember(result.composed)
     failed = {p.key for p in result.problems if p.is_error}
     sweep = result.hydra is not None and result.hydra.get("mode") == RunMode.MULTIRUN
     with by_hand(result.hand):
@@ -449,10 +451,18 @@ def busy_folder_problems(run_dir: Path) -> list[Problem]:
     return [for_sweep(p) for p in found] if run_folder.in_sweep() else found
 
 
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
 def _not_a_run_folder(cfg: DictConfig, run_dir: Path) -> str | None:
     """Why ``run_dir`` cannot be a run folder (None: it can): ``/``, the home directory,
-    something that is not a folder, or a folder holding what no run writes there (a run
-    then never mixes its files with, or deletes, files it did not create)."""
+    something that is not a folder, a project (a repository, a package) or a folder of
+    many other things, a link where a record goes, or another program's file under the
+    name of a record the run writes (its ``metrics.jsonl``): the run would write into or
+    delete it. Any other file (a shell redirect's log, ``slurm-<id>.out``, a README) is
+    no reason: the run deletes only what its manifest lists, and names them in a notice
+    (:func:`_foreign_notice`)."""
     kind = run_folder.entry_kind(run_dir)
     if kind is None:
         return None
@@ -463,22 +473,62 @@ def _not_a_run_folder(cfg: DictConfig, run_dir: Path) -> str | None:
         return "is the home directory"
     if not run_dir.is_dir():
         return "exists and is not a folder"
-    strays = run_folder.unlisted_entries(run_dir, cfg.checkpoint.dir)
-    if strays:
-        shown = ", ".join(strays[:5]) + (f" and {len(strays) - 5} more" if len(strays) > 5 else "")
-        return f"holds entries no run writes there ({shown}): it is not a run folder"
-    if _foreign_hydra_record(run_dir):
-        return (
-            f"holds another program's Hydra record ({run_folder.HYDRA_RECORD}/) and no run of "
-            "art_hydra: the run would replace that record"
-        )
     links = run_folder.linked_entries(run_dir, cfg.checkpoint.dir)
     if links:
         return (
             f"holds {', '.join(links)} as a symbolic link or an entry of the wrong kind: the "
             "run would write or read through it, outside its folder"
         )
+    clashes = run_folder.foreign_records(run_dir, cfg.checkpoint.dir)
+    if clashes:
+        return (
+            f"holds {_shown(clashes)}, which no run of art_hydra made there (its "
+            f"{run_folder.RUN_MANIFEST} does not list them): the run writes records under "
+            "these names, and would append to, replace or delete another program's files"
+        )
+    return _other_things(cfg, run_dir)
+
+
+def _other_things(cfg: DictConfig, run_dir: Path) -> str | None:
+    """A folder that is clearly something else: a project, a folder of many other
+    things, another Hydra program's output folder."""
+    marks = run_folder.project_marks(run_dir)
+    if marks:
+        return f"looks like a project, not a run folder (it holds {_shown(marks)})"
+    strays = run_folder.unlisted_entries(run_dir, cfg.checkpoint.dir)
+    if len(strays) > run_folder.MAX_FOREIGN:
+        return (
+            f"holds {len(strays)} entries no run writes there ({_shown(strays)}): it is a "
+            "folder of other things, not a run folder"
+        )
+    if _foreign_hydra_record(run_dir):
+        return (
+            f"holds another program's Hydra record ({run_folder.HYDRA_RECORD}/) and no run of "
+            "art_hydra: the run would replace that record"
+        )
     return None
+
+
+def _foreign_notice(cfg: DictConfig, run_dir: Path) -> list[Problem]:
+    """A notice (a warning) naming what the run folder holds that no run writes there (a
+    shell redirect's log, ``slurm-<id>.out``, ``nohup.out``, a README): the run leaves
+    it alone."""
+    if run_folder.entry_kind(run_dir) != "folder":
+        return []
+    strays = run_folder.unlisted_entries(run_dir, cfg.checkpoint.dir)
+    if not strays:
+        return []
+    return [
+        world_problem(
+            "hydra.run.dir",
+            str(run_dir),
+            f"holds {_shown(strays)}, which no run writes there: the run leaves "
+            f"{'it' if len(strays) == 1 else 'them'} alone (it writes, and deletes, only its "
+            f"own records, listed in {run_folder.RUN_MANIFEST}).",
+            fix(note="nothing to do; a folder of its own keeps a run's records apart"),
+            warning=True,
+        )
+    ]
 
 
 def _foreign_hydra_record(run_dir: Path) -> bool:
@@ -490,7 +540,13 @@ def _foreign_hydra_record(run_dir: Path) -> bool:
 
     if HydraConfig.initialized() and HydraConfig.get().output_subdir == run_folder.HYDRA_RECORD:
         return False
-    marks = (run_folder.LOCK, run_folder.RUN_CONFIG, run_folder.METRICS, run_files.IDENTITY)
+    marks = (
+        run_folder.LOCK,
+        run_folder.RUN_CONFIG,
+        run_folder.METRICS,
+        run_files.IDENTITY,
+        run_folder.RUN_MANIFEST,
+    )
     return not any(run_folder.entry_kind(run_dir / name) is not None for name in marks)
 
 
@@ -516,16 +572,17 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
             world_problem(
                 "hydra.run.dir",
                 str(run_dir),
-                f"{unfit}. A run folder holds one run's files and nothing else: the run "
-                "writes and prunes there, and must never touch what it did not create.",
+                f"{unfit}. A run writes, replaces and prunes its records in its folder, and "
+                "must never touch what it did not create.",
                 _new_folder_fix(),
             )
         ]
     mode = run_folder.resume_mode(cfg)
+    notice = _foreign_notice(cfg, run_dir)
     if mode == "auto":
-        return _auto_problems(cfg, run_dir)
+        return notice + _auto_problems(cfg, run_dir)
     if mode == "false":
-        return _fresh_problems(cfg, run_dir)
+        return notice + _fresh_problems(cfg, run_dir)
     if not run_dir.is_dir():
         return [
             world_problem(
@@ -538,7 +595,7 @@ def run_folder_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
                 ),
             )
         ]
-    return _resume_problems(cfg, run_dir, True)
+    return notice + _resume_problems(cfg, run_dir, True)
 
 
 def creation_refusal(folder: Path) -> str | None:
@@ -584,7 +641,8 @@ def _fresh_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
                 "would mix two runs in one record.",
                 fix(
                     {"resume": "auto"},
-                    "replace those records and start the run there",
+                    f"start the run afresh there: it removes only that run's own records, "
+                    f"those its {run_folder.RUN_MANIFEST} lists",
                     alt=fix(note=f"{_NEW_FOLDER} to start afresh elsewhere"),
                 ),
             )
@@ -665,7 +723,11 @@ def _resume_problems(
         ]
     notes += _fewer_steps_problems(cfg, run_dir, intact)
     notes += run_identity.resume_problems(cfg, run_dir)  # the data, reward, model it began on
-    saved = run_folder.saved_config(run_dir)
+    try:
+        saved = run_folder.saved_config(run_dir)
+    except run_folder.YamlRefused as exc:
+        unreadable = f"the run's saved config cannot be read: {exc}; a resume is checked on it."
+        return [*notes, world_problem("resume", value, unreadable, _new_folder_fix())]
     if saved is None:
         return notes
     return notes + [
@@ -677,7 +739,7 @@ def _resume_problems(
             f"{', '.join(fields.may_change_keys())} may change.",
             _resume_fix(key, old),
         )
-        for key, old, new in run_folder.differences(saved, cfg)
+        for key, old, new in run_folder.differences(saved, secrets.for_comparison(cfg))
         if not run_folder.may_change(key)
     ]
 
@@ -881,13 +943,14 @@ def _sweep_restart_problems(
 
 def _saved_sweep(path: Path) -> DictConfig | str:
     """A sweep folder's ``multirun.yaml`` (bounded, never through a link), or why not."""
+    from art_hydra.config.yaml_guard import YamlRefused, load_bounded
+
     if run_folder.entry_kind(path) != "file":
         return f"holds {path.name} that is not a regular file."
-    try:
-        if path.stat().st_size > _MULTIRUN_MAX_BYTES:
-            return f"holds a {path.name} larger than {_MULTIRUN_MAX_BYTES} bytes."
-        text = run_folder.read_record(path) or ""
-        loaded = OmegaConf.create(text)
+    try:  # bounded: size, nesting and YAML aliases (a few hundred bytes can expand forever)
+        loaded = load_bounded(path, max_bytes=_MULTIRUN_MAX_BYTES)
+    except YamlRefused as exc:
+        return f"holds a {path.name} that cannot be read within bounds: {exc}."
     except Exception as exc:  # a torn or foreign file: named, never a traceback
         return f"holds a {path.name} that cannot be read ({type(exc).__name__}: {exc})."
     if not isinstance(loaded, DictConfig):

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from omegaconf import DictConfig, OmegaConf
 
+from art_hydra import folder_tokenizer
 from art_hydra.backends import tiny
 from art_hydra.config.problems import Problem, fix
 from art_hydra.config.schema import AlgorithmName, ModelSource
@@ -170,11 +171,20 @@ class Lengths:
     #: the first refusal's message.
     template_failures: Rows = field(default_factory=Rows)
     template_message: str = ""
+    #: Why the chat template overran its time or size budget, and on which row: the
+    #: pass renders nothing after it (every row would wait as long).
+    overrun: str = ""
+    overrun_where: str = ""
 
     def add(self, where: str, example: Example) -> None:
+        if self.overrun:
+            return
         answer_text = example.answer or ""
         try:
             prompt, unknown_p = self.counter.prompt(example, self.system)
+        except folder_tokenizer.TemplateOverrun as exc:
+            self.overrun, self.overrun_where = str(exc), where
+            return
         except Exception as exc:  # jinja2 errors of a hub template: named, the run would fail
             self.template_failures.see(where)
             self.template_message = self.template_message or f"{type(exc).__name__}: {exc}"
@@ -265,10 +275,28 @@ def length_problems(
     the pass found; ``data_key``/``data_value`` name the data (``task.path``)."""
     if lengths is None:
         return []
+    if lengths.overrun:  # the counts stop at that row: only the template is reported
+        return [_overrun_problem(cfg, lengths)]
     return [
         *_budget_problems(cfg, lengths),
         *_data_problems(lengths, data_key, data_value),
     ]
+
+
+def _overrun_problem(cfg: DictConfig, lengths: Lengths) -> Problem:
+    """The model's chat template, not the data, is what cannot be rendered in bounds."""
+    return world_problem(
+        "model.name",
+        cfg.model.name,
+        f"{lengths.overrun} (the prompt of {lengths.overrun_where}). Each prompt is rendered "
+        f"within {folder_tokenizer.RENDER_SECONDS:g} seconds and "
+        f"{folder_tokenizer.RENDER_MAX_CHARS:,} characters; the run renders every prompt "
+        "with the same template.",
+        fix(
+            note="repair the chat template of that model folder (a loop that does not end, or "
+            "text it builds without bound), or model.name=<a model whose template renders>"
+        ),
+    )
 
 
 def _budget_problems(cfg: DictConfig, lengths: Lengths) -> list[Problem]:
@@ -304,16 +332,39 @@ def _budget_problems(cfg: DictConfig, lengths: Lengths) -> list[Problem]:
     return problems
 
 
-def _budget_remedy(cfg: DictConfig, key: str, size: int) -> Any:
-    """The budget fix, or, when the raised budgets would pass the model's positions
-    (config.json), the note that no setting fits: the rows must be shorter."""
-    sets = dict(budget_fix(cfg, key, size).sets)
-    needed = sets.get("model.max_seq_length", 0)
+#: The most tokens a budget fix may offer: past it no model trains on one row, and a
+#: budget that large is a sign the row, not the budget, is wrong.
+MAX_OFFERED_TOKENS = 1 << 20
+
+
+def _ceiling(cfg: DictConfig, key: str) -> tuple[int, str]:
+    """The largest value a budget fix may set ``key`` (or model.max_seq_length) to, and
+    what sets it: the schema's bound, the model's positions, :data:`MAX_OFFERED_TOKENS`."""
+    from art_hydra.config.fields import info_of
+
+    found = [(MAX_OFFERED_TOKENS, f"a fix offers at most {MAX_OFFERED_TOKENS} tokens")]
+    for name in (key, "model.max_seq_length"):
+        info = info_of(name)
+        bound = info.bound if info is not None else None
+        for limit, less in ((getattr(bound, "le", None), 0), (getattr(bound, "lt", None), 1)):
+            if limit is not None:
+                found.append((int(limit) - less, f"{name} is at most {int(limit) - less}"))
     positions = _positions(cfg)
-    if positions is not None and needed > positions:
+    if positions is not None:
+        found.append((positions, f"the model has {positions} positions"))
+    return min(found)
+
+
+def _budget_remedy(cfg: DictConfig, key: str, size: int) -> Any:
+    """The budget fix, when every value it sets is one the config accepts (the schema's
+    bound, the model's positions, :data:`MAX_OFFERED_TOKENS`); else the note that no
+    setting fits: the rows must be shorter."""
+    sets = dict(budget_fix(cfg, key, size).sets)
+    needed = max(int(v) for v in sets.values())
+    ceiling, what = _ceiling(cfg, key)
+    if needed > ceiling:
         return fix(
-            note=f"the model has {positions} positions and these budgets would need {needed}: "
-            "shorten or drop the longest rows"
+            note=f"{what} and these budgets would need {needed}: shorten or drop the longest rows"
         )
     return fix(sets)
 

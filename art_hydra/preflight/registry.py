@@ -10,9 +10,10 @@ the points that change one of them.
 
 art_hydra's own checks (task, model, backend, trackers, eval) register in
 :mod:`art_hydra.preflight` in the order they report; other packages add theirs through
-the ``art_hydra.world_checks`` entry-point group (a decorated function, or a module whose
-import registers some), or a launcher script imports its module before
-``art_hydra.cli.main()``. A check that fails to import or crashes is reported by name.
+the ``art_hydra.world_checks`` entry-point group of an installed distribution (a
+decorated function, or a module whose import registers some), or a launcher script
+imports its module before ``art_hydra.cli.main()``. A check that fails to import or
+crashes is reported by name.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from art_hydra import folder_tokenizer, model_files
-from art_hydra.config.problems import Problem, fix, placeholder
+from art_hydra.config.problems import Kind, Problem, fix, placeholder
 from art_hydra.config.schema import (
     AlgorithmName,
     ModelSource,
@@ -31,6 +31,7 @@ from art_hydra.tasks.base import (
     answer_needed_by,
     data_rules,
     iter_examples,
+    remote_data_allowed,
     resolve_task_code,
 )
 from art_hydra.tasks.examples import Example, TaskDataError
@@ -178,6 +179,10 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
             unreadable = _data_file_problems(str(task.path))
             if unreadable:
                 return problems + unreadable
+        if task.source == TaskSource.dataset:
+            remote = _remote_problems(cfg)
+            if remote:
+                return problems + remote
         key, value = "task.path", task.path
     stats = _data_stats(cfg, reward)
     if isinstance(stats, tuple):
@@ -200,6 +205,49 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
         + _multi_turn_problems(cfg, stats, key, value)
         + _length_problems(cfg, stats, key)
     )
+
+
+def _remote_problems(cfg: DictConfig) -> list[Problem]:
+    """A dataset card's remote data files: never fetched here. A config file that sets
+    ``task.allow_remote_data`` is refused (only the command line lets a run contact a
+    host); allowed, the pre-flight says what the run will fetch, and reads nothing."""
+    task = cfg.task
+    allowed = remote_data_allowed(task)
+    if task.get("allow_remote_data") is True and not allowed:
+        return [
+            Problem(
+                "task.allow_remote_data",
+                True,
+                "is set by a config file: it would let the run fetch files from a host a "
+                "dataset card names, and only you may decide that.",
+                fix(
+                    {"task.allow_remote_data": True},
+                    "on the command line, if you trust the hosts the card names",
+                    alt=fix({"task.allow_remote_data": False}),
+                ),
+                Kind.override,
+            )
+        ]
+    try:
+        source = dataset.resolve_source(str(task.path), allowed)
+    except dataset.SourceError:
+        return []  # the data pass reports it, with its fix
+    if not source.remote:
+        return []
+    names = sorted({p for patterns in source.remote.values() for p in patterns})
+    shown = "\n".join(f"  {split}: {', '.join(ps)}" for split, ps in source.remote.items())
+    return [
+        world_problem(
+            "task.path",
+            task.path,
+            f"names {len(names)} remote data file pattern(s) (its card's data_files), which "
+            f"the run will fetch when it starts (task.allow_remote_data=true):\n{shown}\n"
+            "The pre-flight never contacts a host, so their rows, lengths and answers are "
+            "checked only as the run reads them.",
+            fix(note="download them into the folder to have them checked before the run"),
+            warning=True,
+        )
+    ]
 
 
 def _multi_turn_problems(cfg: DictConfig, stats: DataStats, key: str, value: Any) -> list[Problem]:

@@ -117,7 +117,12 @@ def with_system_prompt(example: Example, system_prompt: str | None) -> Example:
 
 
 def iter_examples(
-    cfg: Any, errors: Scan | None = None, rules: DataRules | None = None, system: bool = True
+    cfg: Any,
+    errors: Scan | None = None,
+    rules: DataRules | None = None,
+    system: bool = True,
+    *,
+    fetch: bool = False,
 ) -> Iterator[tuple[str, Example]]:
     """Every example of ``cfg``'s task as ``(where, example)``, streamed (a file is never
     held whole), for any ``task.source``, with ``task.system_prompt`` applied.
@@ -131,14 +136,17 @@ def iter_examples(
     propagates. ``rules`` (default: the algorithm's, with no reward) bound line sizes
     and say who needs answers.
     ``system=False`` yields the rows as the data has them (the pre-flight checks the
-    system prompt on its own)."""
+    system prompt on its own). ``fetch=True`` (the run's start only, never a pre-flight)
+    fetches a dataset card's remote data files that ``task.allow_remote_data`` allows."""
     rules = rules or data_rules(cfg, ())
     prompt = cfg.task.get("system_prompt") if system else None
-    for where, example in _raw_examples(cfg, errors, rules):
+    for where, example in _raw_examples(cfg, errors, rules, fetch):
         yield where, with_system_prompt(example, prompt)
 
 
-def _raw_examples(cfg: Any, errors: Scan | None, rules: DataRules) -> Iterator[tuple[str, Example]]:
+def _raw_examples(
+    cfg: Any, errors: Scan | None, rules: DataRules, fetch: bool = False
+) -> Iterator[tuple[str, Example]]:
     """The task's examples as its source gives them, each with where it came from (see
     :func:`iter_examples`), by ``task.source``."""
     task_cfg = cfg.task
@@ -147,7 +155,7 @@ def _raw_examples(cfg: Any, errors: Scan | None, rules: DataRules) -> Iterator[t
     elif task_cfg.source == TaskSource.jsonl:
         yield from _jsonl_examples(task_cfg, errors, rules)
     else:
-        yield from _dataset_examples(task_cfg, errors, rules)
+        yield from _dataset_examples(task_cfg, errors, rules, fetch)
 
 
 def _generated_examples(
@@ -184,8 +192,17 @@ def _jsonl_examples(
             yield where, found
 
 
+def remote_data_allowed(task_cfg: Any) -> bool:
+    """Whether ``task.allow_remote_data=true`` was set by the user's own hand (the command
+    line, ``compose(overrides=...)``, or a Python caller's config): a config file or a
+    folder cannot make a run contact a host."""
+    value = task_cfg.get("allow_remote_data", False) if hasattr(task_cfg, "get") else False
+    hand = current_hand()
+    return value is True and (hand is None or hand.set("task.allow_remote_data"))
+
+
 def _dataset_examples(
-    task_cfg: Any, errors: Scan | None, rules: DataRules
+    task_cfg: Any, errors: Scan | None, rules: DataRules, fetch: bool = False
 ) -> Iterator[tuple[str, Example]]:
     """A dataset's examples (a file or folder :mod:`art_hydra.tasks.dataset` reads), from
     ``task.split``, its columns as ``task`` maps them; a source that cannot be opened or
@@ -193,7 +210,9 @@ def _dataset_examples(
     from art_hydra.tasks import dataset
 
     try:
-        source = dataset.resolve_source(str(task_cfg.path))
+        source = dataset.resolve_source(str(task_cfg.path), remote_data_allowed(task_cfg))
+        if fetch:
+            source = dataset.fetch_remote(source)
         splits = dataset.split_names(source)
     except dataset.SourceError as exc:
         _bad(errors, str(task_cfg.path), str(exc), fix_note=exc.fix)
@@ -244,7 +263,7 @@ def build_task(cfg: Any) -> Task:
     rewards = resolve_rewards(task_cfg)
     rules = data_rules(cfg, [(r.spec.target, r.fn) for r in rewards])
     scan = Scan()
-    examples = [example for _, example in iter_examples(cfg, scan, rules)]
+    examples = [example for _, example in iter_examples(cfg, scan, rules, fetch=True)]
     if scan.error_count:
         raise TaskDataError(f"the task data cannot be used:\n{scan.summary()}")
     if not examples:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from art_hydra.config import run_files
+from art_hydra.config.secrets import SHOWN, reads_environment, redacted, scrub_data
 from art_hydra.config.tracker_names import TENSORBOARD, chosen_trackers, project_name
 from art_hydra.run_folder import UnsafePath, entry_kind, read_record, write_atomic
 from art_hydra.trackers import (  # noqa: F401  (each registers its tracker)
@@ -60,9 +61,11 @@ class Trackers:
 
     def track_samples(self, step: int, kind: str, samples: list[dict[str, Any]]) -> None:
         if samples:
+            samples = scrub_data(samples)
             self._each("logging samples", lambda t: t.track_samples(step, kind, samples))
 
     def summary(self, hparams: dict[str, Any], values: dict[str, float]) -> None:
+        hparams = redacted(hparams)  # a secret-looking override's value as ***
         self._each("writing the summary", lambda t: t.summary(hparams, values))
 
     def close(self, status: str) -> None:
@@ -72,6 +75,23 @@ class Trackers:
             except Exception as exc:
                 log.warning("%s: closing failed (%s)", tracker.name, exc)
         self.trackers = []
+
+
+def _project(logging_cfg: LoggingConfig, config: dict[str, Any]) -> str:
+    """The trackers' project name: ``logging.project``, else ``art-hydra-<task.name>``,
+    but never a value the redacted ``config`` hides (shown as an expression or ``***``):
+    ``art-hydra-run`` then."""
+
+    def hidden(section: str, key: str) -> bool:
+        node = config.get(section)
+        value = node.get(key) if isinstance(node, dict) else None
+        return isinstance(value, str) and (SHOWN in value or reads_environment(value))
+
+    if logging_cfg.project:
+        return "art-hydra-run" if hidden("logging", "project") else str(logging_cfg.project)
+    node = config.get("task")
+    task = node.get("name") if isinstance(node, dict) else None
+    return project_name(logging_cfg, "run" if hidden("task", "name") else str(task or "run"))
 
 
 def open_trackers(
@@ -86,9 +106,10 @@ def open_trackers(
     and a resume hands it back so the tracker continues the same run. TensorBoard keeps
     its event folder where it always was (``tensorboard/``)."""
     names = chosen_trackers(logging_cfg)
-    config = config or {}
-    task = config.get("task", {}).get("name") if isinstance(config.get("task"), dict) else None
-    project = project_name(logging_cfg, str(task or "run"))
+    # Every tracker's record goes through the redaction, whoever called (a no-op on a
+    # config redacted already): expressions and ***, never a secret's value.
+    config = redacted(config or {})
+    project = _project(logging_cfg, config)
     run_dir = Path(run_dir)
     run_name = run_dir.name
     started: list[Tracker] = []

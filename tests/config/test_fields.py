@@ -186,6 +186,7 @@ def test_resume_rules_and_legacy_values_are_those_the_run_folder_always_used() -
         "task.columns.messages": "messages",
         "task.system_prompt": None,
         "task.rewards": [],
+        "task.allow_remote_data": False,
         "eval.fraction": 0.0,
         "eval.path": None,
         "eval.split": None,

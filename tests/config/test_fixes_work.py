@@ -69,7 +69,7 @@ def _a_file_as_run_dir(tmp: Path) -> None:
 
 def _stray_run_dir(tmp: Path) -> None:
     (tmp / "run").mkdir()
-    (tmp / "run" / "notes.txt").write_text("mine")
+    (tmp / "run" / "pyproject.toml").write_text("[project]\nname = 'mine'\n")  # a project
 
 
 JSONL = ("task=jsonl", "task.path={tmp}/data.jsonl")

@@ -64,9 +64,21 @@ def test_no_import_cycles() -> None:
     assert _cycles(_graph()) == []
 
 
+#: The floor every layer may stand on: standard library only, importing nothing of
+#: art_hydra outside this set (where code is imported from, paths and JSON read within
+#: bounds).
+FOUNDATION = frozenset({"art_hydra.import_path", "art_hydra.safe_paths", "art_hydra.safe_json"})
+
+
+def test_the_foundation_modules_stand_on_nothing_else() -> None:
+    graph = _graph()
+    for module in FOUNDATION:
+        assert graph[module] <= FOUNDATION, f"{module} imports {graph[module] - FOUNDATION}"
+
+
 def test_the_config_layer_imports_neither_the_plugin_nor_the_engine() -> None:
     graph = _graph()
     for module, deps in graph.items():
         if module.startswith("art_hydra.config"):
-            bad = {d for d in deps if not d.startswith("art_hydra.config")}
+            bad = {d for d in deps if not d.startswith("art_hydra.config")} - FOUNDATION
             assert not bad, f"{module} imports {bad}"

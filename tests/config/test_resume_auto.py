@@ -196,7 +196,10 @@ def test_a_sweep_jobs_folder_fixes_name_the_sweep_folder(tmp_path: Path) -> None
             assert p.key != "hydra.run.dir"
     (held,) = _world([], run, sweep=True)
     assert held.fix.render().startswith("resume=auto (continue that run), or hydra.sweep.dir=")
-    (run / "junk.txt").write_text("x")  # not a run folder: named by the sweep's key
+    (run / "junk.txt").write_text("x")  # another file: a notice, named by the sweep's key
+    notice, _ = _world([], run, sweep=True)
+    assert (notice.key, notice.severity) == ("hydra.sweep.dir", Severity.warning)
+    (run / "pyproject.toml").write_text("")  # a project: not a run folder
     (stray,) = _world([], run, sweep=True)
     assert (stray.key, stray.fix.render()) == (
         "hydra.sweep.dir",

@@ -22,6 +22,7 @@ from art_hydra.metrics import MetricsLog, _truncate_after
 from art_hydra.run_folder import (
     RunLock,
     UnsafePath,
+    claim,
     latest_intact,
     lock_holder,
     record_resume,
@@ -67,21 +68,22 @@ def test_root_home_a_file_and_a_project_folder_are_refused_as_run_folders(
     cli, tmp_path: Path
 ) -> None:
     project = tmp_path / "project"
-    project.mkdir()
+    (project / ".git").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("[project]\n")
     (project / "notes.txt").write_text("mine\n")
     a_file = _victim(tmp_path)
     for folder, why in [
         ("/", "is the file system's root"),
         (str(Path.home()), "is the home directory"),
         (str(a_file), "exists and is not a folder"),
-        (str(project), "holds entries no run writes there (notes.txt)"),
+        (str(project), "looks like a project, not a run folder (it holds .git, pyproject.toml)"),
     ]:
         proc = cli(f"hydra.run.dir={folder}", "dry_run=true")
         out = output_of(proc)
         assert proc.returncode == 1, out
         assert f"hydra.run.dir = {folder}" in out and why in out, out
         assert "hydra.run.dir=<a new folder>" in out
-    assert sorted(p.name for p in project.iterdir()) == ["notes.txt"]
+    assert sorted(p.name for p in project.iterdir()) == [".git", "notes.txt", "pyproject.toml"]
     assert a_file.read_text() == VICTIM_TEXT
 
 
@@ -89,11 +91,12 @@ def test_a_sweep_point_into_a_project_folder_is_refused_before_any_job(cli, tmp_
     sweep = tmp_path / "sweep"
     (tmp_path / "project1").mkdir()
     (tmp_path / "project1" / "notes.txt").write_text("mine\n")
+    (tmp_path / "project1" / "setup.py").write_text("")
     subdir = "hydra.sweep.subdir=../project${hydra.job.num}"
     proc = cli("-m", "seed=1,2", f"hydra.sweep.dir={sweep}", subdir, "dry_run=true")
     out = output_of(proc)
     assert proc.returncode == 1, out
-    assert "Point #1" in out and "holds entries no run writes there (notes.txt)" in out
+    assert "Point #1" in out and "looks like a project, not a run folder (it holds setup.py)" in out
     assert "hydra.sweep.dir=<a new folder>" in out
 
 
@@ -218,6 +221,7 @@ def test_checkpoint_cleanup_deletes_only_its_own_leftovers(tmp_path: Path) -> No
     run = tmp_path / "run"
     checkpoints = run / "checkpoints"
     checkpoints.mkdir(parents=True)
+    claim(run, ["checkpoints"])  # a run's folder (killed while pruning), not another tool's
     (checkpoints / ".tmp-x").mkdir()  # not a name this code gives: not its own
     (checkpoints / ".trash-notes").write_text("mine\n")
     (checkpoints / ".tmp-step-000009-1").symlink_to(victim)  # its name, but a link
@@ -269,8 +273,7 @@ def test_a_planted_weights_file_is_never_loaded_on_resume(tmp_path: Path) -> Non
 def test_a_job_refused_for_a_busy_folder_leaves_its_record_alone(tmp_path: Path) -> None:
     """Hydra writes a job's record before the job runs; a job refused for a folder whose
     lock another run holds must leave that run's .hydra/ and log exactly as they were.
-    (A relative -cp skips the CLI's own check, so the job's check is the one that acts,
-    as for a sweep job launched after its sweep's pre-flight.)"""
+    (A relative -cp is resolved as Hydra resolves it and checked like any other run.)"""
     run = tmp_path / "run"
     fast = [s for s in SHORT if not s.startswith("trainer.max_steps")]
     proc = start_cli(
