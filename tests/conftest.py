@@ -164,6 +164,17 @@ def wait_for_steps(run_dir: Path, steps: int, proc: subprocess.Popen, timeout: f
     raise AssertionError(f"no {steps} steps within {timeout}s")
 
 
+def shared_config_dir(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A config folder someone handed the user (``tmp_path/shared``), holding ``files``
+    (relative path -> YAML text)."""
+    shared = tmp_path / "shared"
+    for name, text in files.items():
+        path = shared / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return shared
+
+
 def write_model_files(folder: Path, config: dict[str, Any]) -> Path:
     """The smallest folder the model pre-flight accepts, written without torch: ``config``
     as config.json, a safetensors file with no tensors, and a character tokenizer with an

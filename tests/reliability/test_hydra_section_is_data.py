@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import output_of, report_entries, run_cli
+from conftest import output_of, report_entries, run_cli, shared_config_dir
 
 from art_hydra import ConfigValidationError, compose
 from art_hydra.config import hydra_section
@@ -29,15 +29,6 @@ pytestmark = pytest.mark.fast
 BOMB = 'a0: &a0 ["x","x","x","x","x","x","x","x","x","x"]\n' + "".join(
     f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)
 )
-
-
-def _shared(tmp_path: Path, files: dict[str, str]) -> Path:
-    shared = tmp_path / "shared"
-    for name, text in files.items():
-        path = shared / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return shared
 
 
 def _experiment(body: str) -> dict[str, str]:
@@ -59,7 +50,7 @@ def test_a_logging_handler_attribute_mapping_from_a_config_file_is_refused(
     """logging.config sets a handler's '.' mapping as attributes: the log, with a format a
     file chose, would go to a shell start-up file."""
     bashrc = tmp_path / "bashrc"
-    shared = _shared(
+    shared = shared_config_dir(
         tmp_path,
         _experiment(
             "hydra:\n  job_logging:\n    formatters:\n      simple:\n"
@@ -82,7 +73,7 @@ def test_a_search_path_package_named_by_a_primary_config_is_never_imported(
     marker = tmp_path / "pwned"
     (tmp_path / "evilpkg").mkdir()
     (tmp_path / "evilpkg" / "__init__.py").write_text(f"open({str(marker)!r}, 'w')\n")
-    shared = _shared(
+    shared = shared_config_dir(
         tmp_path,
         {"mine.yaml": "defaults:\n  - config\n  - _self_\nhydra:\n  searchpath: [pkg://evilpkg]\n"},
     )
@@ -95,7 +86,9 @@ def test_a_search_path_package_named_by_a_primary_config_is_never_imported(
 
 def test_a_job_name_that_climbs_out_of_the_run_folder_is_refused(tmp_path: Path) -> None:
     """Hydra names the job's log file after it: ${output_dir}/../../../x.log."""
-    shared = _shared(tmp_path, _experiment("hydra:\n  job:\n    name: ../../../escaped\n"))
+    shared = shared_config_dir(
+        tmp_path, _experiment("hydra:\n  job:\n    name: ../../../escaped\n")
+    )
     proc = run_cli("--config-dir", str(shared), "experiment=x", cwd=tmp_path)
     out = output_of(proc)
     assert proc.returncode == 1, out
@@ -104,7 +97,9 @@ def test_a_job_name_that_climbs_out_of_the_run_folder_is_refused(tmp_path: Path)
 
 
 def test_a_sweep_subdir_that_climbs_out_of_the_sweep_folder_is_refused(tmp_path: Path) -> None:
-    shared = _shared(tmp_path, _experiment("hydra:\n  sweep:\n    subdir: ../victim_${seed}\n"))
+    shared = shared_config_dir(
+        tmp_path, _experiment("hydra:\n  sweep:\n    subdir: ../victim_${seed}\n")
+    )
     proc = run_cli(
         "--config-dir", str(shared), "-m", "experiment=x", "seed=1,2",
         f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path,
@@ -117,7 +112,7 @@ def test_a_sweep_subdir_that_climbs_out_of_the_sweep_folder_is_refused(tmp_path:
 
 def test_a_config_folder_cannot_shadow_an_installed_option_typed_by_name(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    shared = _shared(
+    shared = shared_config_dir(
         tmp_path,
         {
             "hydra/sweeper/sampler/cmaes.yaml": "independent_sampler:\n  _target_: builtins.open\n"
@@ -189,7 +184,7 @@ def test_a_yaml_alias_bomb_is_refused_whichever_way_hydra_reaches_it(
 
 
 def test_the_hydra_settings_real_configs_use_still_compose(tmp_path: Path) -> None:
-    shared = _shared(
+    shared = shared_config_dir(
         tmp_path,
         _experiment(
             "hydra:\n  run:\n    dir: outputs/mine/${seed}\n  job:\n    name: my_job\n"
@@ -214,7 +209,7 @@ def test_the_hydra_settings_real_configs_use_still_compose(tmp_path: Path) -> No
 def test_hydra_settings_off_the_allowlist_are_refused_by_key(
     tmp_path: Path, body: str, key: str
 ) -> None:
-    problems = _problems(["experiment=x"], _shared(tmp_path, _experiment(body)))
+    problems = _problems(["experiment=x"], shared_config_dir(tmp_path, _experiment(body)))
     assert key in problems, problems
     assert "on the command line" in str(problems) or "config file" in problems[key]
 

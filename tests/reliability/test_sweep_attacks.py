@@ -7,19 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import output_of, report_entries, run_cli
+from conftest import output_of, report_entries, run_cli, shared_config_dir
 
 OPTUNA = ["-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=1", "dry_run=true"]
 SPACE = "rl.temperature=interval(0.7,1.2)"
-
-
-def _shared(tmp_path: Path, files: dict[str, str]) -> Path:
-    shared = tmp_path / "shared"
-    for name, text in files.items():
-        path = shared / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return shared
 
 
 def _run(tmp_path: Path, shared: Path, *extra: str) -> tuple[int, str]:
@@ -39,7 +30,7 @@ def test_a_search_space_function_named_by_a_config_file_never_runs(tmp_path: Pat
     experiment = (
         "# @package _global_\nhydra:\n  sweeper:\n    custom_search_space: space_evil.space\n"
     )
-    shared = _shared(tmp_path, {"experiment/x.yaml": experiment})
+    shared = shared_config_dir(tmp_path, {"experiment/x.yaml": experiment})
     code, out = _run(tmp_path, shared, "experiment=x")
     assert code == 1 and "Traceback" not in out, out
     assert [k for k, _, _ in report_entries(out)] == ["hydra.sweeper.custom_search_space"]
@@ -50,7 +41,7 @@ def test_a_study_database_chosen_by_a_config_file_is_refused(tmp_path: Path) -> 
     planted = tmp_path / "planted" / "evil.db"
     planted.parent.mkdir()
     experiment = f"# @package _global_\nhydra:\n  sweeper:\n    storage: sqlite:///{planted}\n"
-    shared = _shared(tmp_path, {"experiment/x.yaml": experiment})
+    shared = shared_config_dir(tmp_path, {"experiment/x.yaml": experiment})
     code, out = _run(tmp_path, shared, "experiment=x")
     assert code == 1, out
     assert [k for k, _, _ in report_entries(out)] == ["hydra.sweeper.storage"]
@@ -59,7 +50,7 @@ def test_a_study_database_chosen_by_a_config_file_is_refused(tmp_path: Path) -> 
 
 def test_a_sampler_chosen_by_hand_from_the_users_folder_is_the_users(tmp_path: Path) -> None:
     sampler = "_target_: optuna.samplers.RandomSampler\nseed: 1\n"
-    shared = _shared(tmp_path, {"hydra/sweeper/sampler/mine.yaml": sampler})
+    shared = shared_config_dir(tmp_path, {"hydra/sweeper/sampler/mine.yaml": sampler})
     proc = run_cli(
         "--config-dir", str(shared), *OPTUNA, "hydra/sweeper/sampler=mine", SPACE,
         f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path,
@@ -73,7 +64,7 @@ def test_the_same_sampler_chosen_by_a_config_file_is_refused(tmp_path: Path) -> 
     marker = tmp_path / "pwned"
     sampler = f"_target_: builtins.open\nfile: {marker}\nmode: w\n"
     experiment = "# @package _global_\ndefaults:\n  - override /hydra/sweeper/sampler: evil\n"
-    shared = _shared(
+    shared = shared_config_dir(
         tmp_path, {"hydra/sweeper/sampler/evil.yaml": sampler, "experiment/x.yaml": experiment}
     )
     code, out = _run(tmp_path, shared, "experiment=x")
@@ -87,7 +78,7 @@ def test_batch_script_settings_chosen_by_a_config_file_are_refused(tmp_path: Pat
         "# @package _global_\nhydra:\n  launcher:\n    additional_parameters:\n"
         "      export: ALL,LD_PRELOAD=/tmp/evil.so\n      output: /root/.bashrc\n"
     )
-    shared = _shared(tmp_path, {"experiment/x.yaml": experiment})
+    shared = shared_config_dir(tmp_path, {"experiment/x.yaml": experiment})
     proc = run_cli(
         "--config-dir", str(shared), "-m", "hydra/launcher=slurm", "experiment=x", "seed=1,2",
         "dry_run=true", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path,
