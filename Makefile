@@ -1,7 +1,7 @@
 # The two commands of the README:
 #   make run    set up .venv on first use, then run the default job (ARGS="..." adds overrides)
-#   make test   set up .venv on first use, then lint and run the test suite, then the
-#               Unsloth stage in its own .venv-unsloth (make test-unsloth)
+#   make test   set up .venv on first use, then lint, build the docs site, run the test
+#               suite, then the Unsloth stage in its own .venv-unsloth (make test-unsloth)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -18,7 +18,7 @@ $(BIN)/art-hydra: pyproject.toml
 	$(BIN)/pip install --quiet "$(TORCH)"
 	# [bench] is TRL (tests/engine/test_trl_parity.py compares the loss with TRL's own
 	# GRPOTrainer._compute_loss) and the trackers' libraries (W&B, MLflow, Trackio, whose
-	# offline modes tests/engine/test_trackers.py runs). Not in [dev]: the Unsloth stage
+	# offline modes tests/trackers/test_trackers.py runs). Not in [dev]: the Unsloth stage
 	# pins an older trl.
 	$(BIN)/pip install --quiet -e ".[dev,bench]"
 	touch $@
@@ -29,6 +29,10 @@ run: $(BIN)/art-hydra
 test: $(BIN)/art-hydra
 	$(BIN)/ruff check art_hydra hydra_plugins conf tests bench
 	$(BIN)/ruff format --check art_hydra hydra_plugins conf tests bench
+	# The docs site (mkdocs.yml, docs/): a broken link or anchor, or a page missing from the
+	# nav, fails --strict. Not --quiet: it hides the warnings that --strict counts.
+	site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && \
+		NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir "$$site"
 	# The fast tier (CLI subprocesses) spreads over the cores (pytest-xdist, see
 	# tests/conftest.py); the tiers that train run in one process, as they time steps.
 	$(BIN)/python -m pytest -m fast $(PYTEST_ARGS)
@@ -58,7 +62,7 @@ bench: $(BIN)/art-hydra
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/scaling.py
 
-# art_hydra against TRL's GRPOTrainer on the same work (BENCHMARKS.md).
+# art_hydra against TRL's GRPOTrainer on the same work (docs/benchmarks.md).
 bench-trl: $(BIN)/art-hydra
 	$(BIN)/pip install --quiet -e ".[bench]"
 	$(BIN)/python bench/vs_trl.py

@@ -6,7 +6,8 @@ libraries are imported inside the code that trains.
 
 # First: under the command, nothing below may come from the working folder (data).
 from art_hydra import import_path as _import_path  # noqa: F401
-from art_hydra import interrupts as _interrupts
+from art_hydra import moved as _moved  # noqa: F401  (the flat layout's names still import)
+from art_hydra.runs import interrupts as _interrupts
 
 if _interrupts.launched_as_command():  # first: a signal during the imports below exits cleanly
     _interrupts.exit_on_signals()

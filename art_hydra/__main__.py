@@ -4,7 +4,7 @@ Guarded, so importing this module (a tool that walks the package's modules, a
 documentation builder) starts no run.
 """
 
-from art_hydra.cli import main
+from art_hydra.commands.cli import main
 
 if __name__ == "__main__":
     main()

@@ -2,7 +2,7 @@
 
 These subclass Hydra's ``CompactHydraException``, so Hydra and the CLI print the
 message without a traceback (``HYDRA_FULL_ERROR=1`` shows one). A crash in the
-trainer's own code keeps its traceback (``art_hydra.queue.TrainerError``).
+trainer's own code keeps its traceback (``art_hydra.engine.queue.TrainerError``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``train(cfg)`` is what every Hydra job runs and what Python callers use with a config
 built by hand. It validates first, with the same validators as composition, so no
 path reaches training unvalidated; :func:`run_validated` then takes the folder's lock,
-keeps the job's record, and runs :mod:`art_hydra.recipe` in it. Heavy libraries (torch,
+keeps the job's record, and runs :mod:`art_hydra.engine.recipe` in it. Heavy libraries (torch,
 transformers, peft) are imported inside the functions, never on the compose/validate
 path.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -26,14 +26,10 @@ from art_hydra.config.problems import (
     format_report,
     warnings_of,
 )
+from art_hydra.config.schema import RunConfig
 from art_hydra.config.trust import outside_code_report
 from art_hydra.config.typed import typed_config
-
-# ResumeError stays importable from here, where it was defined before errors.py held it.
-from art_hydra.errors import ResumeError as ResumeError
-from art_hydra.errors import RunFolderBusy, RunStopped
-from art_hydra.progress import stdout_reader_may_go
-from art_hydra.result import (
+from art_hydra.engine.result import (
     DONE,
     FAILED,
     RESULT,
@@ -42,7 +38,15 @@ from art_hydra.result import (
     objective_value,
     stop_reason,
 )
-from art_hydra.run_messages import in_log_files
+
+# ResumeError stays importable from here, where it was defined before errors.py held it.
+from art_hydra.errors import ResumeError as ResumeError
+from art_hydra.errors import RunFolderBusy, RunStopped
+from art_hydra.runs.progress import stdout_reader_may_go
+from art_hydra.runs.run_messages import in_log_files
+
+if TYPE_CHECKING:
+    from art_hydra.engine.distributed import World
 
 log = logging.getLogger("art_hydra")
 
@@ -56,6 +60,35 @@ def resolved_yaml(cfg: Any) -> str:
     as a record shows it: a value read from the environment as its expression, a
     secret-looking key's as ``***``."""
     return OmegaConf.to_yaml(OmegaConf.create(secrets.redacted(cfg)))
+
+
+def dry_run_report(cfg: Any, hydra: Any = None, *, before_hydra: bool = False) -> str:
+    """What a dry run prints: the resolved config, the code outside art_hydra it names or
+    ran, and that it stopped. The command's own check stops ``before_hydra`` made any
+    folder, so nothing was written either; a job's check runs in the folder Hydra made."""
+    done = "nothing was trained or written" if before_hydra else "nothing was trained"
+    return "\n".join(
+        [
+            resolved_yaml(cfg),
+            outside_code_report(cfg, hydra),
+            f"dry run: the configuration is valid; {done}.",
+        ]
+    )
+
+
+def prepared_world(typed: RunConfig, world: World | None = None) -> World:
+    """The process group this rank trains in, its backend prepared first (Unsloth must
+    come before transformers and torch's imports): ``world`` where the rank joined one
+    already, else joined here on the backend's device (a single process: a world of one)."""
+    from art_hydra.engine import distributed
+    from art_hydra.engine.backends import prepare
+
+    prepare(typed.backend)
+    if world is not None:
+        return world
+    from art_hydra.engine.backends.torch_backend import resolve_device
+
+    return distributed.setup(typed.distributed, resolve_device(typed.backend.device))
 
 
 def default_run_dir() -> Path:
@@ -79,7 +112,7 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> RunResult:
     ``dry_run=true`` it prints the resolved config and returns NaN with the summary
     ``{"dry_run": True}``.
     """
-    from art_hydra.distributed import from_environment
+    from art_hydra.engine.distributed import from_environment
     from art_hydra.preflight import busy_folder_problems
 
     secrets.remember(cfg)  # as composed: what the run's records keep as expressions
@@ -88,7 +121,7 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> RunResult:
     # First of all: a job refused for a busy folder must write nothing there (not a log line).
     busy = busy_folder_problems(folder) if world.is_main else []
     if busy:
-        from art_hydra.run_folder import detach_logs
+        from art_hydra.runs.run_folder import detach_logs
 
         detach_logs(folder)
         raise ConfigValidationError(busy, footer=_JOB_FOOTER)
@@ -101,9 +134,7 @@ def train(cfg: Any, run_dir: str | Path | None = None) -> RunResult:
         raise
     if cfg.dry_run:
         with stdout_reader_may_go():
-            print(resolved_yaml(cfg))
-            print(outside_code_report(cfg))
-            print("dry run: the configuration is valid; nothing was trained.")
+            print(dry_run_report(cfg))
         return RunResult(float("nan"), {"dry_run": True})
     return train_checked(cfg, folder)
 
@@ -128,7 +159,7 @@ def _tell_warnings(problems: list[Problem]) -> None:
     """A job's warnings: in a sweep's job, in its log files alone (the sweep's pre-flight
     showed every point's warnings on the console before the first job started); else on
     stderr."""
-    from art_hydra.run_folder import in_sweep
+    from art_hydra.runs.run_folder import in_sweep
 
     found = warnings_of(problems)
     if not found:
@@ -145,7 +176,7 @@ def train_checked(cfg: DictConfig, run_dir: Path, world: Any = None) -> RunResul
     that finished already is skipped (:func:`_finished_run`). ``world``: the process
     group this rank joined already (None: the run joins it). A stdout whose reader went
     away (``| head``) fails nothing: the run's outcome is its training's
-    (:func:`~art_hydra.progress.stdout_reader_may_go`)."""
+    (:func:`~art_hydra.runs.progress.stdout_reader_may_go`)."""
     with stdout_reader_may_go():
         finished = _finished_run(cfg, run_dir)
         if finished is not None:
@@ -159,8 +190,8 @@ def _finished_run(cfg: DictConfig, run_dir: Path) -> RunResult | None:
     points). One line says so, and how to train further; the summary is the run's last
     metrics. None when there is something to train. (Fewer steps than the checkpoint
     holds never gets here: the world pre-flight refuses it.)"""
-    from art_hydra import run_folder
-    from art_hydra.metrics import read_metrics
+    from art_hydra.engine.metrics import read_metrics
+    from art_hydra.runs import run_folder
 
     mode = run_folder.resume_mode(cfg)
     if mode not in ("auto", "true"):
@@ -195,8 +226,8 @@ def _record_refusal(folder: Path, exc: ConfigValidationError) -> None:
     it instead of counting a job that never finished. Only in the job folder Hydra made
     for it, and never when a problem is about the folder itself (it may not be a run
     folder at all)."""
-    from art_hydra.result import job_number, job_overrides, write_refused_result
-    from art_hydra.run_folder import in_sweep
+    from art_hydra.engine.result import job_number, job_overrides, write_refused_result
+    from art_hydra.runs.run_folder import in_sweep
 
     if not in_sweep():
         return
@@ -231,18 +262,13 @@ def run_validated(
     """
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
-    from art_hydra import distributed
-    from art_hydra.backends import prepare
-    from art_hydra.interrupts import stop_on_signals
-    from art_hydra.recipe import train_in_folder
-    from art_hydra.run_folder import adopt_hydra_record, discard_hydra_record
+    from art_hydra.engine import distributed
+    from art_hydra.engine.recipe import train_in_folder
+    from art_hydra.runs.interrupts import stop_on_signals
+    from art_hydra.runs.run_folder import adopt_hydra_record, discard_hydra_record
 
     typed = typed_config(cfg)  # the sections the engine's builders take, made once
-    prepare(typed.backend)  # Unsloth must come before transformers (and torch's imports)
-    from art_hydra.backends.torch_backend import resolve_device
-
-    if world is None:
-        world = distributed.setup(typed.distributed, resolve_device(typed.backend.device))
+    world = prepared_world(typed, world)
     world.run_dir = run_dir
     lock = _lock_folder(run_dir, world, cfg.checkpoint.dir)
     distributed.write_status(world, "running")
@@ -275,7 +301,7 @@ def run_validated(
 
 def _settle(run_dir: Path, world: Any) -> None:
     """Rank 0, still under the lock: the manifest keeps only what the run made."""
-    from art_hydra.run_folder import settle_records
+    from art_hydra.runs.run_folder import settle_records
 
     if world.is_main:
         try:
@@ -288,9 +314,15 @@ def _lock_folder(run_dir: Path, world: Any, checkpoint_dir: str) -> Any:
     """The run folder's lock, taken by rank 0 (the other ranks hold the same object, not
     taken): a folder another live process holds is refused as :class:`RunFolderBusy`.
     Before the run writes anything there, rank 0 lists in the folder's manifest the
-    records it may make (:func:`~art_hydra.run_folder.begin_records`): the only entries
+    records it may make (:func:`~art_hydra.runs.run_folder.begin_records`): the only entries
     a run ever deletes."""
-    from art_hydra.run_folder import FolderInUse, RunLock, begin_records, detach_logs, folder_key
+    from art_hydra.runs.run_folder import (
+        FolderInUse,
+        RunLock,
+        begin_records,
+        detach_logs,
+        folder_key,
+    )
 
     lock = RunLock(run_dir)
     try:

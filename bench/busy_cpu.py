@@ -8,7 +8,7 @@ side in one run, four ways:
   D) B with the same burners
 and prints each one's training time (the sum of step_time_s in metrics.jsonl, so start-up
 is not counted), the load average seen, and the ratios A/B and C/D: the second is what
-the start-up warning of art_hydra/cpu_load.py quotes. The cases alternate over the
+the start-up warning of art_hydra/engine/cpu_load.py quotes. The cases alternate over the
 repeats so drifting load affects all alike.
 
 Usage: python bench/busy_cpu.py [--steps 10] [--repeats 2] [--burners N]

@@ -22,8 +22,8 @@ import statistics
 import time
 
 from art_hydra import compose
-from art_hydra.queue import StepChannel, StepWork
-from art_hydra.recipe import build_trainer_and_producer
+from art_hydra.engine.queue import StepChannel, StepWork
+from art_hydra.engine.recipe import build_trainer_and_producer
 
 
 def main() -> None:

@@ -49,7 +49,7 @@ def build_folder(size: str, folder: Path) -> None:
     """A random-weight Llama with the character tokenizer, saved like a user's model."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from art_hydra.backends.tiny import build_tokenizer
+    from art_hydra.engine.backends.tiny import build_tokenizer
 
     hidden, layers, heads, mlp = SIZES[size]
     tokenizer = build_tokenizer(CHARSET)
@@ -106,15 +106,15 @@ def one_side(folder: str, backend: str, steps: int, variant: str | None) -> dict
     """Run ``steps`` RL steps with ``backend`` in this process and measure them."""
     import time
 
-    from art_hydra.backends import prepare
     from art_hydra.config.composition import compose
+    from art_hydra.engine.backends import prepare
 
     cfg = compose(overrides(Path(folder), backend, steps, variant))
     prepare(cfg.backend)
     import torch
 
-    from art_hydra.queue import StepChannel, StepWork
-    from art_hydra.recipe import build_trainer_and_producer
+    from art_hydra.engine.queue import StepChannel, StepWork
+    from art_hydra.engine.recipe import build_trainer_and_producer
 
     trainer, producer = build_trainer_and_producer(cfg)
     cuda = trainer.loaded.device.type == "cuda"

@@ -4,7 +4,8 @@ at trained positions (after), on a tiny model with Qwen's 151,936-token vocabula
 The step is what a training micro-batch does for its logprobs: forward over packed rows,
 logprob and entropy per trained token, backward of their sum. "full" is the path before
 issue 19 (the model's forward, then a log-softmax over every position's logits); "chunked"
-is :func:`art_hydra.trainer.packed_logprobs` (:mod:`art_hydra.rl.logprobs`). Sequences are
+is :func:`art_hydra.engine.trainer.packed_logprobs`
+(:mod:`art_hydra.engine.rl.logprobs`). Sequences are
 256 tokens, a quarter of them prompt, packed four to a row.
 
 Memory: on CUDA ``torch.cuda.max_memory_allocated`` over the step; on CPU the process's
@@ -63,7 +64,7 @@ def build_batch(tokens: int, device: str, vocab: int = VOCAB) -> Any:
     """``tokens`` tokens of 256-token sequences (64 prompt), packed four to a row."""
     import torch
 
-    from art_hydra.packing import PACKED, Sequence, pack
+    from art_hydra.engine.packing import PACKED, Sequence, pack
 
     gen = torch.Generator().manual_seed(1)
     seqs = [
@@ -81,7 +82,7 @@ def build_batch(tokens: int, device: str, vocab: int = VOCAB) -> Any:
 def full_logprobs(model: Any, batch: Any, settings: Any) -> tuple[Any, Any]:
     """The path before issue 19: the model's logits at every position, then
     ``token_logprobs`` over all of them."""
-    from art_hydra.rl.sampling import token_logprobs
+    from art_hydra.engine.rl.sampling import token_logprobs
 
     dtype = model.get_input_embeddings().weight.dtype
     logits = model(
@@ -96,8 +97,8 @@ def one_step(model: Any, batch: Any, path: str) -> None:
     """Forward, logprob and entropy per trained token, backward."""
     import torch
 
-    from art_hydra.rl.sampling import SamplingSettings
-    from art_hydra.trainer import packed_logprobs
+    from art_hydra.engine.rl.sampling import SamplingSettings
+    from art_hydra.engine.trainer import packed_logprobs
 
     settings = SamplingSettings(temperature=1.0, suppress_ids=(0,))
     fn = full_logprobs if path == "full" else packed_logprobs
@@ -114,7 +115,7 @@ _DEFAULT_CHUNKS: dict[str, tuple[int, int]] = {}
 
 def _chunk_from_environment() -> None:
     """The bench's chunk size (``--chunk-elements``), in this process and its children."""
-    from art_hydra.rl import logprobs
+    from art_hydra.engine.rl import logprobs
 
     defaults = _DEFAULT_CHUNKS.setdefault(
         "sizes", (logprobs.CHUNK_ELEMENTS, logprobs.ACCELERATOR_CHUNK_ELEMENTS)
@@ -254,7 +255,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from art_hydra.rl import logprobs
+    from art_hydra.engine.rl import logprobs
 
     # The children of a CPU run read it from the environment.
     os.environ["ART_HYDRA_CHUNK_ELEMENTS"] = str(args.chunk_elements or "")

@@ -22,16 +22,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "engine"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from conftest_model import QUICK
 from family_models import FAMILIES, load_family, save_family
 
 from art_hydra import compose
-from art_hydra.backends.torch_backend import rounded_away_share
-from art_hydra.queue import StepWork
-from art_hydra.recipe import build_trainer_and_producer
+from art_hydra.engine.backends.torch_backend import rounded_away_share
+from art_hydra.engine.queue import StepWork
+from art_hydra.engine.recipe import build_trainer_and_producer
 
 PRECISIONS = {
     "float32": ["model.dtype=float32"],

@@ -4,7 +4,7 @@ per-point composition of the same points.
 Hydra's basic sweeper composes every point in the parent before launching
 (``validate_batch_is_legal``: composition only, no checks). art_hydra's pre-flight
 composes, checks every field, every validator and the world (task, model, backend, run
-folder) for each point, through :class:`art_hydra.sweep_preflight.PointChecker`, which
+folder) for each point, through :class:`art_hydra.sweeps.preflight.PointChecker`, which
 composes once per group selection. Both sides run on the same points, in one process,
 alternating which goes first; the script prints per-point medians, their ratio and the
 wall time of the whole pre-flight. Goal: 1,000 points in at most 5 s.

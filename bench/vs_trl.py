@@ -81,7 +81,7 @@ WARM_SHARE = 0.2
 def prepare(folder: Path) -> tuple[Path, Path]:
     """Save art_hydra's default tiny model and 2,000 reverse examples for both sides."""
     from art_hydra import compose
-    from art_hydra.backends import load_model
+    from art_hydra.engine.backends import load_model
     from art_hydra.tasks import build_task
 
     cfg = compose(["logging.progress_bar=off"])
@@ -120,7 +120,7 @@ def _art_child(args: argparse.Namespace, out: Path) -> None:
     """One art_hydra run in this process, stamped as each step's metrics are logged (the
     counterpart of TRL's ``on_step_end`` callback)."""
     from art_hydra import compose, train
-    from art_hydra.metrics import MetricsLog
+    from art_hydra.engine.metrics import MetricsLog
 
     run_dir = out.parent / "art_run"
     stamps: list[tuple[int, float, float]] = []
@@ -153,7 +153,7 @@ def _trl_child(args: argparse.Namespace, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from art_hydra.rl.sampling import suppressed_ids
+    from art_hydra.engine.rl.sampling import suppressed_ids
     from art_hydra.tasks.rewards import char_overlap
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)

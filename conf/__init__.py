@@ -6,7 +6,7 @@ are registered, whatever entry point composes them (launcher workers included).
 """
 
 from art_hydra.config.store import register_configs
-from hydra_plugins.art_hydra_preflight import register_sweeper
+from art_hydra.sweeps.plugins import register_sweeper
 
 register_configs()
 register_sweeper()

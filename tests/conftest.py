@@ -24,9 +24,14 @@ TIERS = ("fast", "model", "slow", "dist")
 #: A test without a tier mark of its own takes its folder's.
 FOLDER_TIERS = {
     "config": "fast",
-    "cli": "fast",
+    "preflight": "fast",
+    "commands": "fast",
+    "sweeps": "fast",
+    "runs": "fast",
+    "trackers": "fast",
     "reliability": "fast",
     "engine": "model",
+    "tasks": "model",
     "distributed": "dist",
     "unsloth_stage": "slow",
 }
@@ -178,7 +183,7 @@ def shared_config_dir(tmp_path: Path, files: dict[str, str]) -> Path:
 def write_model_files(folder: Path, config: dict[str, Any]) -> Path:
     """The smallest folder the model pre-flight accepts, written without torch: ``config``
     as config.json, a safetensors file with no tensors, and a character tokenizer with an
-    EOS (tests that need real weights build a family model, tests/engine/family_models.py)."""
+    EOS (tests that need real weights build a family model, tests/family_models.py)."""
     import json
     import string
     import struct

@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from art_hydra import compose
-from art_hydra.backends import load_model
+from art_hydra.engine.backends import load_model
 from art_hydra.tasks import build_task
 
 #: A small, quick configuration of the default job.

@@ -1,6 +1,6 @@
 """A user's extension the two ways art_hydra takes it, for the registries' tests: a
 launcher script that imports the user's module (which registers something) and then
-calls ``art_hydra.cli.main()``, and an installed package that contributes through an
+calls ``art_hydra.commands.cli.main()``, and an installed package that contributes through an
 entry point."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ version = "0.1"
 
 #: The user's launcher: import the module that registers, then art_hydra's own CLI.
 LAUNCHER = """import {module}
-from art_hydra.cli import main
+from art_hydra.commands.cli import main
 
 if __name__ == "__main__":
     main()

@@ -13,8 +13,8 @@ from art_hydra.config.problems import (
     Severity,
     fix,
 )
-from art_hydra.config.registry import ENTRY_POINT_GROUP, registered_validators, validator
 from art_hydra.config.schema import RunConfig
+from art_hydra.config.validator_registry import ENTRY_POINT_GROUP, registered_validators, validator
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -1,7 +1,7 @@
 """The advantage-estimator registry: the names ``rl.advantage_estimator`` accepts.
 
 An advantage estimator is one function, registered where it is defined with
-:func:`register_advantage_estimator` (re-exported by :mod:`art_hydra.rl.advantages`,
+:func:`register_advantage_estimator` (re-exported by :mod:`art_hydra.engine.rl.advantages`,
 where the built-in ``group_relative`` registers the same way)::
 
     @register_advantage_estimator("leave_one_out", help="RLOO's baseline")
@@ -11,14 +11,14 @@ where the built-in ``group_relative`` registers the same way)::
 
 It receives the rewards of one prompt's completions (``rl.num_generations`` of them),
 ``rl.scale_rewards`` and a small ``eps`` for divisions, and returns one advantage per
-completion, in order. :func:`art_hydra.rl.advantages.group_advantages` splits a
+completion, in order. :func:`art_hydra.engine.rl.advantages.group_advantages` splits a
 generation batch into groups, calls the chosen estimator on each and flags the groups
 whose rewards are all equal (the ``zero_std_groups`` metric).
 
 Estimators come from three places, loaded once per process before the first lookup:
 art_hydra's own (:data:`BUILTIN_MODULES`), installed packages through the
 ``art_hydra.advantage_estimators`` entry-point group (a module whose import registers
-some), and any module a launcher script imported before calling ``art_hydra.cli.main()``.
+some), and any module a launcher script imported before calling ``art_hydra.commands.cli.main()``.
 
 This module is on the compose/validate path: it imports nothing heavier than the
 standard library.
@@ -36,7 +36,7 @@ from art_hydra.config.plugin_registry import PluginRegistry
 ENTRY_POINT_GROUP = "art_hydra.advantage_estimators"
 
 #: art_hydra's own estimator modules, loaded as a plugin would be (torch-free).
-BUILTIN_MODULES = ("art_hydra.rl.advantages",)
+BUILTIN_MODULES = ("art_hydra.engine.rl.advantages",)
 
 
 @dataclass(frozen=True)
@@ -79,11 +79,6 @@ def register_advantage_estimator(
 def advantage_estimators() -> dict[str, AdvantageEstimator]:
     """Every registered estimator by name (built-ins first, then plugins, in load order)."""
     return REGISTRY.entries()
-
-
-def advantage_estimator_names() -> tuple[str, ...]:
-    """The names ``rl.advantage_estimator`` accepts."""
-    return REGISTRY.names()
 
 
 def get_advantage_estimator(name: Any) -> AdvantageEstimator | None:

@@ -4,7 +4,8 @@ A backend declares itself once, where its code lives, with :func:`register_backe
 its name, the function that loads the model (a ``"module:function"`` string, imported
 only when a run selects the backend, or the function itself), what it can do (4-bit
 loading, several ranks, overlapped rollouts, the devices it is for, whether it manages
-its own precision), the modules it needs installed and its own world checks::
+its own precision), the modules it needs installed and its own world checks, each by
+its field of :class:`Backend`::
 
     register_backend(
         "my_backend",
@@ -14,7 +15,7 @@ its own precision), the modules it needs installed and its own world checks::
     )
 
 or as a decorator on the load function (``@register_backend("my_backend", ...)``).
-Validation, the world pre-flight, the README's key table and the JSON Schema read the
+Validation, the world pre-flight, the key table (docs/config-keys.md) and the JSON Schema read the
 choices and capabilities from here, so nothing elsewhere names a backend: a validator
 that refuses "this backend cannot do X" reads the capability, and the run loads the
 model through the declaration.
@@ -23,7 +24,7 @@ Backends come from three places, loaded once per process before the first lookup
 art_hydra's own (:data:`BUILTIN_MODULES`: ``torch`` and ``unsloth``), installed
 packages through the ``art_hydra.backends`` entry-point group (a module whose import
 registers some, as for validators and policy losses), and any module a launcher script
-imported before calling ``art_hydra.cli.main()``.
+imported before calling ``art_hydra.commands.cli.main()``.
 
 This module is on the compose/validate path: it imports nothing heavier than the
 standard library, and a declaration imports neither torch nor the backend's library.
@@ -31,6 +32,7 @@ standard library, and a declaration imports neither torch nor the backend's libr
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 from collections.abc import Callable, Iterable
@@ -43,7 +45,7 @@ from art_hydra.config.plugin_registry import PluginRegistry
 ENTRY_POINT_GROUP = "art_hydra.backends"
 
 #: art_hydra's own backend declarations, loaded as a plugin would be (torch-free).
-BUILTIN_MODULES = ("art_hydra.backends.declared",)
+BUILTIN_MODULES = ("art_hydra.engine.backends.declared",)
 
 #: The devices a backend may declare (``backend.device`` besides ``auto``).
 DEVICES = ("cpu", "cuda")
@@ -54,8 +56,11 @@ BackendCheck = Callable[[Any, bool], Iterable[Any] | None]
 
 @dataclass(frozen=True)
 class Backend:
-    """One registered backend: how it loads a model and what it can do."""
+    """One registered backend: how it loads a model and what it can do. Each field is
+    declared here once (its default and its meaning); :func:`register_backend` takes them
+    by these names."""
 
+    #: The value ``backend.name`` selects it with.
     name: str
     #: ``load(model_cfg, backend_cfg, seed, charset)`` -> ``LoadedModel``, or its
     #: ``"module:function"`` path (imported when a run selects the backend).
@@ -71,17 +76,23 @@ class Backend:
     #: It manages its own precision: no float32 master weights, no float16 loss scaler.
     own_precision: bool = False
     #: The devices it is made for (of :data:`DEVICES`); without ``cpu``, a run that would
-    #: land on the CPU is warned (``cpu_note`` says what happens there).
+    #: land on the CPU is warned with ``cpu_note``.
     devices: tuple[str, ...] = DEVICES
+    #: What happens when it runs on the CPU anyway (the warning's second sentence).
     cpu_note: str = ""
-    #: Modules that must be importable for it to run, and how to install them.
+    #: Modules that must be importable for it to run.
     requires: tuple[str, ...] = ()
+    #: The command that installs them (quoted when one is missing).
     install: str = ""
     #: Its name in words ("Unsloth"), for messages; default: ``backend=<name>``.
     title: str = ""
     #: Its own world checks, run by the world pre-flight when it is selected.
     checks: tuple[BackendCheck, ...] = ()
+    #: One line for the key table and ``--help``; default: the first sentence of the
+    #: load function's docstring.
     help: str = ""
+    #: The module that declared it (set by :func:`register_backend`; art_hydra's own are
+    #: the built-ins).
     module: str = ""
 
     @property
@@ -122,49 +133,41 @@ REGISTRY: PluginRegistry[Backend] = PluginRegistry(ENTRY_POINT_GROUP, BUILTIN_MO
 _backends = REGISTRY.registered
 
 
-def register_backend(
-    name: str,
-    *,
-    load: str | Callable[..., Any] | None = None,
-    prepare: str | None = None,
-    four_bit: bool = False,
-    several_ranks: bool = True,
-    overlap_rollouts: bool = True,
-    own_precision: bool = False,
-    devices: tuple[str, ...] = DEVICES,
-    cpu_note: str = "",
-    requires: tuple[str, ...] = (),
-    install: str = "",
-    title: str = "",
-    checks: tuple[BackendCheck, ...] = (),
-    help: str = "",
-) -> Any:
-    """Register the backend ``backend.name=name`` (see the module's docstring).
+#: What a declaration may say: every field of :class:`Backend` but the two the registry
+#: fills in itself (the name, given first, and the declaring module).
+DECLARATION_FIELDS = tuple(
+    f.name for f in dataclasses.fields(Backend) if f.name not in ("name", "module")
+)
+
+#: The fields a declaration may give as any iterable, kept as tuples (the entry is frozen).
+_TUPLES = tuple(f.name for f in dataclasses.fields(Backend) if isinstance(f.default, tuple))
+
+
+def register_backend(name: str, **declared: Any) -> Any:
+    """Register the backend ``backend.name=name`` (see the module's docstring), declared
+    by the fields of :class:`Backend` (``load=...``, ``several_ranks=...``, ...).
 
     With ``load`` given, it registers and returns the :class:`Backend`; without, it is a
     decorator that registers the decorated function as the load function."""
-    unknown = [d for d in devices if d not in DEVICES]
-    if unknown or not devices:
+    unknown = sorted(set(declared) - set(DECLARATION_FIELDS))
+    if unknown:
+        raise TypeError(
+            f"register_backend({name!r}) got unknown field(s) {', '.join(unknown)}; "
+            f"a backend declares {', '.join(DECLARATION_FIELDS)}"
+        )
+    for key in _TUPLES:
+        if key in declared:
+            declared[key] = tuple(declared[key])
+    devices = declared.get("devices", DEVICES)
+    if not devices or any(d not in DEVICES for d in devices):
         raise ValueError(f"backend {name!r} declares devices {list(devices)}; of {DEVICES}")
+    load = declared.pop("load", None)
 
     def declare(fn: str | Callable[..., Any], module: str) -> Backend:
-        backend = Backend(
-            name=name,
-            load=fn,
-            prepare=prepare,
-            four_bit=four_bit,
-            several_ranks=several_ranks,
-            overlap_rollouts=overlap_rollouts,
-            own_precision=own_precision,
-            devices=tuple(devices),
-            cpu_note=cpu_note,
-            requires=tuple(requires),
-            install=install,
-            title=title,
-            checks=tuple(checks),
-            help=help or " ".join((getattr(fn, "__doc__", None) or "").split()).partition(". ")[0],
-            module=module,
-        )
+        # A load named by its path has no docstring to read (not str's own).
+        doc = " ".join(((fn.__doc__ if callable(fn) else None) or "").split()).partition(". ")[0]
+        fields = {**declared, "help": declared.get("help") or doc}
+        backend = Backend(name=name, load=fn, module=module, **fields)
         old = _backends.get(name)
         if old is not None and (old.module, _where(old.load)) != (module, _where(fn)):
             raise ValueError(
@@ -211,8 +214,3 @@ def backend_names() -> tuple[str, ...]:
 def get_backend(name: Any) -> Backend | None:
     """The backend registered as ``name`` (a string, or an Enum by its name), or None."""
     return REGISTRY.get(name)
-
-
-def nearest_backend(name: str) -> str | None:
-    """The registered name closest to ``name`` (same letters in another case first)."""
-    return REGISTRY.nearest(name)

@@ -12,7 +12,6 @@ default, read from the dataclass, never restated.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import math
 import typing
@@ -50,7 +49,7 @@ class Bound:
     float32: bool = True
     #: ``(key, value)``: the bound applies only when that key has that value.
     when: tuple[str, Any] | None = None
-    #: The string names an entry of this registry (:mod:`art_hydra.config.registries`).
+    #: The string names an entry of this registry (:mod:`art_hydra.config.key_registries`).
     registry: str = ""
 
 
@@ -263,21 +262,19 @@ def condition_keys(cls: type) -> frozenset[str]:
 
 def _registry_problem(path: str, value: str, registry: str, default: Any) -> Problem | None:
     """A name its registry does not hold, with the nearest registered name as the fix."""
-    from art_hydra.config.registries import describe_registry, registered_names
+    from art_hydra.config.key_registries import REGISTRIES, describe_registry
 
-    names = registered_names(registry)
-    if value in names:
+    if value in REGISTRIES[registry].names():
         return None
-    folded = [n for n in names if n.lower() == value.lower()]
-    close = folded or difflib.get_close_matches(value, names, n=1, cutoff=0.5)
+    near = REGISTRIES[registry].nearest(value)
     return Problem(
         path,
         value,
         f"is not {describe_registry(registry)}"
-        + (f" (did you mean {close[0]}?)" if close else "")
+        + (f" (did you mean {near}?)" if near else "")
         + "; register one with its decorator in a module the launcher imports or an "
         "installed package's entry point.",
-        fix({path: close[0]}) if close else _fix(path, default),
+        fix({path: near}) if near else _fix(path, default),
         Kind.bound,
         Severity.error,
     )

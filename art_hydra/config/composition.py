@@ -40,6 +40,7 @@ from omegaconf.errors import (
 )
 
 from art_hydra.config import hydra_compat, inert  # inert: also registers its rules
+from art_hydra.config import validators as _built_in_rules  # noqa: F401  (registers them)
 from art_hydra.config.bounds import (
     bound_problems,
     bound_problems_of,
@@ -47,6 +48,7 @@ from art_hydra.config.bounds import (
     schema_default,
     type_hints,
 )
+from art_hydra.config.launch_plan import launched_world_size
 from art_hydra.config.problems import (
     NOTHING_STARTED,
     ConfigValidationError,
@@ -59,12 +61,11 @@ from art_hydra.config.problems import (
     placeholder,
     warnings_of,
 )
-from art_hydra.config.registry import run_validators
 from art_hydra.config.schema import RunConfig
 from art_hydra.config.store import register_configs
 from art_hydra.config.structure import HYDRA_KEY, fit, type_problem, unknown_key_problem
 from art_hydra.config.trust import Hand, hand_of, trust_problems
-from art_hydra.config.validators import launched_world_size  # also registers the built-in rules
+from art_hydra.config.validator_registry import run_validators
 
 #: Name of the primary config in ``conf/``.
 CONFIG_NAME = "config"

@@ -15,8 +15,8 @@ from omegaconf import DictConfig
 
 from art_hydra.config.objective import reward_name
 from art_hydra.config.problems import Kind, Problem, Severity, fix, placeholder
-from art_hydra.config.registry import validator
 from art_hydra.config.schema import AlgorithmName, TaskSource
+from art_hydra.config.validator_registry import validator
 
 #: The prefix of every evaluation metric in a step's record (and its TensorBoard tag).
 PREFIX = "eval/"

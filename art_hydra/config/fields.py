@@ -6,9 +6,9 @@ states everything the project says about its key in its metadata: the help text
 (``help=``), its single-field limits (the :class:`~art_hydra.config.bounds.Bound`),
 whether a resume may change it (``resume="may_change"``; fixed otherwise) and, for keys
 added after run folders were first written, the value that reproduces runs saved before
-it existed (``legacy=``). Reports, the README's key table, the resume comparison and the
-legacy fill all read it from here, so a new key is documented, bounded and classified
-where it is defined.
+it existed (``legacy=``). Reports, the documentation's key table (docs/config-keys.md),
+the resume comparison and the legacy fill all read it from here, so a new key is
+documented, bounded and classified where it is defined.
 
 Pure functions over dataclasses: no torch, on the compose path.
 """
@@ -212,7 +212,7 @@ def _limits_text(cls: type, name: str, bound: Bound | None) -> str:
     if bound is None:
         return ""
     if bound.registry:
-        from art_hydra.config.registries import describe_registry
+        from art_hydra.config.key_registries import describe_registry
 
         return describe_registry(bound.registry)
     limits = (bound.gt, bound.ge, bound.lt, bound.le)
@@ -225,7 +225,7 @@ def _limits_text(cls: type, name: str, bound: Bound | None) -> str:
 
 
 def key_table_markdown() -> str:
-    """The README's key table: one row per key, from the schema's metadata."""
+    """The documentation's key table: one row per key, from the schema's metadata."""
     rows = ["| key | default | limits | resume | what it is |", "|---|---|---|---|---|"]
     for key, cls, name in leaves():
         info = field_info(cls, name)
@@ -265,15 +265,18 @@ def key_help_text(width: int = 88) -> str:
     return "\n".join(blocks)
 
 
-#: The markers around the generated table in README.md.
-README_START = "<!-- keys:start -->"
-README_END = "<!-- keys:end -->"
+#: The documentation page that holds the generated key table, from the repository root.
+KEY_TABLE_PAGE = "docs/config-keys.md"
+#: The markers around the generated table on that page.
+TABLE_START = "<!-- keys:start -->"
+TABLE_END = "<!-- keys:end -->"
 
 
 def main(argv: list[str]) -> int:
-    """``python -m art_hydra.config.fields --readme`` prints the README's key table."""
-    if argv != ["--readme"]:
-        print("usage: python -m art_hydra.config.fields --readme", file=sys.stderr)
+    """``python -m art_hydra.config.fields --markdown`` prints the key table of
+    docs/config-keys.md (``--readme``, its name from when the README held the table, too)."""
+    if argv not in (["--markdown"], ["--readme"]):
+        print("usage: python -m art_hydra.config.fields --markdown", file=sys.stderr)
         return 2
     sys.stdout.write(key_table_markdown())
     return 0

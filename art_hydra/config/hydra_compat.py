@@ -63,7 +63,7 @@ def unsupported_versions() -> list[str]:
 def primary_search_dir(config_path: str, calling_module: str) -> str:
     """The primary config folder Hydra's entry point makes of ``--config-path``: an
     absolute or ``pkg://`` one as given, a relative one against ``calling_module``'s
-    package (``conf`` from ``art_hydra.cli`` is ``pkg://art_hydra/conf``)."""
+    package (``conf`` from ``art_hydra.__main__`` is ``pkg://art_hydra/conf``)."""
     from hydra._internal.utils import compute_search_path_dir
 
     return str(compute_search_path_dir(None, calling_module, config_path))

@@ -38,7 +38,6 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from art_hydra.config.bounds import schema_default
 from art_hydra.config.problems import Kind, Problem, Severity, fix
-from art_hydra.config.registry import validator
 from art_hydra.config.schema import (
     AlgorithmName,
     FinetuneMethod,
@@ -47,6 +46,7 @@ from art_hydra.config.schema import (
     TaskSource,
 )
 from art_hydra.config.trust import Hand, current_hand
+from art_hydra.config.validator_registry import validator
 
 #: The group option whose settings the tiny model needs (conf/model/tiny.yaml and the
 #: conf/training/tiny.yaml chosen with it).

@@ -127,7 +127,7 @@ def _bound_schema(bound: Bound, base: dict[str, Any]) -> dict[str, Any]:
     if bound.nonempty:
         limits.update(minLength=1, minItems=1)
     if bound.registry:
-        from art_hydra.config.registries import registered_names
+        from art_hydra.config.key_registries import registered_names
 
         # Open: a plugin or launcher script may register more; these are the known ones.
         return {"type": "string", "examples": list(registered_names(bound.registry))}

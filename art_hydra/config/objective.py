@@ -90,7 +90,7 @@ def reward_metrics(task: Any) -> set[str]:
 
 #: What an SFT step has no value for (no rollouts, no rewards, no reference policy, no
 #: clipped ratio): nothing an objective could compare, and no key of an SFT metric line
-#: (:func:`art_hydra.metrics.metric_line` drops them).
+#: (:func:`art_hydra.engine.metrics.metric_line` drops them).
 NOT_IN_SFT = frozenset(
     {"reward_mean", "reward_std", "zero_std_groups", "completion_length", "kl", "clip_fraction"}
 )

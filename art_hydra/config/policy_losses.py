@@ -1,7 +1,7 @@
 """The policy-loss registry: the names ``rl.loss_type`` accepts and what each loss reads.
 
 A policy loss is one function, registered where it is defined with
-:func:`register_policy_loss` (re-exported by :mod:`art_hydra.rl.losses`, where the
+:func:`register_policy_loss` (re-exported by :mod:`art_hydra.engine.rl.losses`, where the
 built-in ``ppo_clip`` and ``cispo`` register the same way)::
 
     @register_policy_loss("my_loss", settings=("epsilon",), help="...")
@@ -10,7 +10,7 @@ built-in ``ppo_clip`` and ``cispo`` register the same way)::
 
 The registry holds each loss's metadata (the ``rl.*`` settings it honours, those it
 requires, the further statistics it logs) beside the function, so validation, the
-README's key table and the JSON Schema read the choices and their settings from here,
+key table (docs/config-keys.md) and the JSON Schema read the choices and their settings from here,
 without a branch per loss and without importing torch: the modules that register
 losses import torch only inside the functions.
 
@@ -18,7 +18,7 @@ Losses come from three places, loaded once per process before the first lookup:
 art_hydra's own (:data:`BUILTIN_MODULES`), installed packages through the
 ``art_hydra.policy_losses`` entry-point group (a module whose import registers some,
 as for validators), and any module a launcher script imported before calling
-``art_hydra.cli.main()`` (its decorators ran at import).
+``art_hydra.commands.cli.main()`` (its decorators ran at import).
 
 This module is on the compose/validate path: it imports nothing heavier than the
 standard library.
@@ -36,7 +36,7 @@ from art_hydra.config.plugin_registry import PluginRegistry
 ENTRY_POINT_GROUP = "art_hydra.policy_losses"
 
 #: art_hydra's own loss modules, loaded as a plugin would be (their import is torch-free).
-BUILTIN_MODULES = ("art_hydra.rl.losses",)
+BUILTIN_MODULES = ("art_hydra.engine.rl.losses",)
 
 #: The ``rl.*`` settings a loss may declare that it honours or requires.
 LOSS_SETTINGS = ("epsilon", "epsilon_high")
@@ -50,7 +50,7 @@ class PolicyLoss:
     (before the importance weight, the KL term and the mask) and a dict of boolean
     per-token tensors, each logged as the fraction of trained tokens it marks
     (``clip_fraction`` is logged as 0 when absent). ``settings`` is
-    :class:`art_hydra.rl.losses.PolicyLossSettings`.
+    :class:`art_hydra.engine.rl.losses.PolicyLossSettings`.
     """
 
     name: str
@@ -117,16 +117,6 @@ def policy_losses() -> dict[str, PolicyLoss]:
     return REGISTRY.entries()
 
 
-def policy_loss_names() -> tuple[str, ...]:
-    """The names ``rl.loss_type`` accepts."""
-    return REGISTRY.names()
-
-
 def get_policy_loss(name: Any) -> PolicyLoss | None:
     """The loss registered as ``name`` (a string, or an Enum by its name), or None."""
     return REGISTRY.get(name)
-
-
-def nearest_policy_loss(name: str) -> str | None:
-    """The registered name closest to ``name`` (same letters in another case first)."""
-    return REGISTRY.nearest(name)

@@ -1,7 +1,7 @@
 """The names of what a run keeps in its folder, each written here once.
 
-The run folder's lock and manifests (:mod:`art_hydra.run_folder`), the checkpoint
-writer (:mod:`art_hydra.checkpoint`), the metrics writer, the run's own cleanup and the
+The run folder's lock and manifests (:mod:`art_hydra.runs.run_folder`), the checkpoint
+writer (:mod:`art_hydra.runs.checkpoint`), the metrics writer, the run's own cleanup and the
 ``checkpoint.dir`` check (which must not point into one of these) all name the same
 files; they import the names from this module so a renamed or added file is changed in
 one place. Plain strings, no imports: it sits in the config layer, on the compose path.
@@ -19,7 +19,7 @@ METRICS = "metrics.jsonl"
 COMPLETIONS = "completions.jsonl"
 #: The evaluation's completions per evaluation (eval.log_completions).
 EVAL_COMPLETIONS = "eval_completions.jsonl"
-#: The data, reward and model the run began on (:mod:`art_hydra.run_identity`).
+#: The data, reward and model the run began on (:mod:`art_hydra.runs.run_identity`).
 IDENTITY = "run_identity.json"
 #: TensorBoard's event folder.
 TENSORBOARD = "tensorboard"

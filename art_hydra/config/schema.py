@@ -10,7 +10,7 @@ Each key is declared once, on its field (``setting(...)`` / ``section(...)`` fro
 :mod:`art_hydra.config.bounds`): its help text, its single-field limits (checked by one
 walker), whether a resume may change it (``resume=MAY_CHANGE``; fixed otherwise) and,
 for a key added after run folders were first written, the value that reproduces runs
-saved before it existed (``legacy=``). Reports, ``--help``, the README's key table and
+saved before it existed (``legacy=``). Reports, ``--help``, the key table (docs/config-keys.md) and
 the resume comparison read them through :mod:`art_hydra.config.fields`; rules between
 fields are validators. Help states behaviour only, never benchmark figures.
 
@@ -28,6 +28,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from art_hydra.config.bounds import MAY_CHANGE, section, setting
+from art_hydra.config.tracker_names import LIBRARIES, NONE, TENSORBOARD
 
 
 class AlgorithmName(Enum):
@@ -306,7 +307,8 @@ class TrainerConfig:
         1,
         ge=1,
         why="it counts the micro-batches that make one optimizer step.",
-        help="Micro-batches per optimizer step; RL requires 1 (see the README).",
+        help="Micro-batches per optimizer step; RL requires 1 (its producer waits for each "
+        "step's result).",
     )
     max_steps: int = setting(100, ge=1, help="Optimizer steps in the run.", resume=MAY_CHANGE)
     max_grad_norm: float = setting(
@@ -426,7 +428,7 @@ class RLConfig:
         "ppo_clip",
         help=(
             "Policy-gradient loss: a name registered with @register_policy_loss "
-            "(art_hydra.rl.losses): ppo_clip (PPO's clipped ratio), cispo (CISPO's capped "
+            "(art_hydra.engine.rl.losses): ppo_clip (PPO's clipped ratio), cispo (CISPO's capped "
             "importance weight), or one a plugin or launcher script registers."
         ),
         registry="policy_loss",
@@ -438,7 +440,7 @@ class RLConfig:
         "group_relative",
         help=(
             "How a group's rewards become advantages: a name registered with "
-            "@register_advantage_estimator (art_hydra.rl.advantages): group_relative (GRPO: "
+            "@register_advantage_estimator (art_hydra.engine.rl.advantages): group_relative (GRPO: "
             "the reward minus the group mean, over the group's std under rl.scale_rewards), "
             "or one a plugin or launcher script registers."
         ),
@@ -758,10 +760,10 @@ class LoggingConfig:
         resume=MAY_CHANGE,
     )
     report_to: list[str] = setting(
-        factory=lambda: ["tensorboard"],
+        factory=lambda: [TENSORBOARD],
         help=(
-            "Trackers the run reports to through their own libraries: tensorboard, wandb, "
-            "mlflow, trackio, or [none]. Their files go under the run folder's trackers/ "
+            f"Trackers the run reports to through their own libraries: {', '.join(LIBRARIES)}, "
+            f"or [{NONE}]. Their files go under the run folder's trackers/ "
             "(TensorBoard's under tensorboard/)."
         ),
         resume=MAY_CHANGE,

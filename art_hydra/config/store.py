@@ -61,7 +61,7 @@ def job_record_name() -> str:
     """A job's ``hydra.output_subdir`` (``${art_hydra.job_record:}`` in
     conf/hydra/output/outputs.yaml): Hydra writes the job's record into this folder of
     the run folder, one per process, and the job renames it to ``.hydra`` only once it
-    holds the folder's lock (art_hydra.run_folder.adopt_hydra_record), so a job refused
+    holds the folder's lock (art_hydra.runs.run_folder.adopt_hydra_record), so a job refused
     for a busy folder never overwrites the running job's record."""
     return f".hydra-pending-{os.getpid()}"
 

@@ -14,8 +14,7 @@ import difflib
 import math
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -24,6 +23,7 @@ from art_hydra.config.backends import Backend, backends, get_backend
 from art_hydra.config.eval_rules import PREFIX as EVAL_PREFIX  # registers the eval rules
 from art_hydra.config.eval_rules import objective_problem as eval_objective_problem
 from art_hydra.config.fields import default
+from art_hydra.config.launch_plan import launched_world_size, world_size
 from art_hydra.config.objective import (
     AUTO_METRIC,
     CONDITIONAL_METRICS,
@@ -34,7 +34,6 @@ from art_hydra.config.objective import (
     reward_name,
 )
 from art_hydra.config.problems import Fix, Kind, Problem, Severity, fix, placeholder
-from art_hydra.config.registry import validator
 from art_hydra.config.schema import (
     AlgorithmName,
     Device,
@@ -50,42 +49,12 @@ from art_hydra.config.targets import (
     refusal,
     refused_module,
 )
+from art_hydra.config.tracker_names import LIBRARIES, NONE, TENSORBOARD
+from art_hydra.config.validator_registry import validator
 
 
 def _is_rl(cfg: DictConfig) -> bool:
     return cfg.algorithm.name == AlgorithmName.rl
-
-
-#: Ranks per job of the launcher a sweep is about to use (set by the pre-flight sweeper
-#: while it checks the points of a SLURM/submitit sweep; None otherwise).
-_launch_plan: ContextVar[int | None] = ContextVar("launch_plan", default=None)
-
-
-def torchrun_world_size() -> int | None:
-    """The world size torchrun (or a submitit task) set in WORLD_SIZE, or None."""
-    value = os.environ.get("WORLD_SIZE")
-    return int(value) if value and value.isdigit() else None
-
-
-def launched_world_size() -> int | None:
-    """The ranks this job runs on: WORLD_SIZE in a launched process, else the ranks per
-    job of the launcher about to start it, else None (one process)."""
-    return torchrun_world_size() or _launch_plan.get()
-
-
-@contextmanager
-def planned_launch(ranks: int | None) -> Iterator[None]:
-    """Check configs as jobs of a launcher that starts ``ranks`` processes per job."""
-    token = _launch_plan.set(ranks)
-    try:
-        yield
-    finally:
-        _launch_plan.reset(token)
-
-
-def world_size(cfg: DictConfig) -> int:
-    """Ranks the run has: ``distributed.world_size``, else the launcher's, else 1."""
-    return cfg.distributed.world_size or launched_world_size() or 1
 
 
 def _divisors(n: int) -> list[int]:
@@ -596,7 +565,7 @@ def plugins_import(cfg: DictConfig) -> Iterator[Problem]:
     """A policy-loss, backend or advantage-estimator plugin (``art_hydra.policy_losses``,
     ``art_hydra.backends``, ``art_hydra.advantage_estimators`` entry points) that failed
     to import is named, not silently left out of the choices."""
-    from art_hydra.config.registries import load_problems
+    from art_hydra.config.key_registries import load_problems
 
     yield from load_problems()
 
@@ -810,8 +779,6 @@ def report_to_names_known_trackers(cfg: DictConfig) -> Iterator[Problem]:
     """``logging.report_to`` names trackers art_hydra has (the nearest name offered for a
     misspelt one), ``none`` alone, each once; ``logging.tensorboard`` set against it
     keeps its old meaning, with a word about the contradiction."""
-    from art_hydra.config.tracker_names import LIBRARIES, NONE
-
     names = [str(n) for n in cfg.logging.report_to or []]
     known = [*LIBRARIES, NONE]
     kept = [n for n in names if n in known]
@@ -831,8 +798,6 @@ def _nearest_tracker(name: str, known: list[str]) -> str | None:
 def _unknown_tracker_problems(names: list[str], known: list[str]) -> Iterator[Problem]:
     """One error per unknown name in ``logging.report_to``, offering the nearest known
     name; the fix is the whole list with each name repaired (or dropped)."""
-    from art_hydra.config.tracker_names import TENSORBOARD
-
     repaired = [n for n in (_nearest_tracker(n, known) for n in names) if n is not None]
     for name in names:
         if name in known:
@@ -852,8 +817,6 @@ def _unknown_tracker_problems(names: list[str], known: list[str]) -> Iterator[Pr
 def _tracker_list_problems(names: list[str], kept: list[str]) -> Iterator[Problem]:
     """The known names (``kept``) as a list: ``none`` beside a tracker contradicts it
     (an error), a tracker named twice is opened once (a warning)."""
-    from art_hydra.config.tracker_names import NONE
-
     if NONE in kept and len(set(kept)) > 1:
         others = list(dict.fromkeys(n for n in kept if n != NONE))
         yield Problem(
@@ -877,8 +840,6 @@ def _tensorboard_switch_problems(
 ) -> Iterator[Problem]:
     """``logging.tensorboard`` (the older switch) set against ``logging.report_to``: it
     still wins, as it did, with a warning about the contradiction."""
-    from art_hydra.config.tracker_names import NONE, TENSORBOARD
-
     explicit = names != [TENSORBOARD]  # report_to as the user set it (not its default)
     if switch is True and TENSORBOARD not in kept:
         yield _warning(
@@ -906,3 +867,10 @@ def _tensorboard_switch_problems(
             "logging.tensorboard=null follows report_to.",
             fix({"logging.tensorboard": None}),
         )
+
+
+def __getattr__(name: str) -> Any:
+    """Names that left this module when the package got its rooms (:mod:`art_hydra.moved`)."""
+    from art_hydra import moved
+
+    return moved.old_attribute(__name__, name)

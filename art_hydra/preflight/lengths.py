@@ -1,6 +1,6 @@
 """Every row's prompt and answer measured in the run's own tokens, before any model.
 
-The run encodes a prompt with :func:`art_hydra.producer.encode_prompt`: the chat
+The run encodes a prompt with :func:`art_hydra.engine.producer.encode_prompt`: the chat
 template over the example's messages (or one user message, ``task.system_prompt``
 first when set) for a tokenizer with one, plain text with the tokenizer's special
 tokens otherwise; an answer without special tokens; an SFT row as prompt + answer +
@@ -24,10 +24,10 @@ from typing import Any, Protocol
 from omegaconf import DictConfig, OmegaConf
 
 from art_hydra import folder_tokenizer
-from art_hydra.backends import tiny
 from art_hydra.config.problems import Problem, fix
 from art_hydra.config.schema import AlgorithmName, ModelSource
 from art_hydra.config.validators import budget_fix
+from art_hydra.engine.backends import tiny
 from art_hydra.preflight.common import world_problem
 from art_hydra.tasks.base import with_system_prompt
 from art_hydra.tasks.examples import Example
@@ -63,7 +63,7 @@ def _specials_pattern(tokens: Iterable[str]) -> re.Pattern[str] | None:
 
 
 class TinyCounter:
-    """The tiny model's character tokenizer (:func:`art_hydra.backends.tiny.build_tokenizer`
+    """The tiny model's character tokenizer (:func:`art_hydra.engine.backends.tiny.build_tokenizer`
     over the task's own characters): every character one token, except that the special
     tokens' text is one token and a run of newlines is one ``<unk>``."""
 

@@ -5,7 +5,8 @@ limit fits ``model.max_seq_length``; safetensors weights whose shards are all th
 whose headers read and fill their files, and whose embedding shape matches the config;
 a tokenizer that loads, with an EOS and a pad id (or one derived from EOS, as the torch
 backend derives it at load). It also holds the rules that need the folder: top-p over
-the tokens the sampler can draw, and a head trained in full on tied embeddings.
+the tokens the sampler can draw, and a head trained in full on tied embeddings. A hub id
+the cache lacks is :mod:`.hub`'s.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from art_hydra.config.schema import AlgorithmName, FinetuneMethod, ModelSource
 from art_hydra.model_files import FolderError
 from art_hydra.preflight.common import looks_local as _looks_local
 from art_hydra.preflight.common import top_p_problems, world_problem
+from art_hydra.preflight.hub import download_command, uncached_problems
 from art_hydra.safe_paths import file_refusal, path_refusal
 
 #: Weight files that unpickle arbitrary objects when loaded: never loaded.
@@ -32,7 +34,7 @@ HEAD_NAMES = ("lm_head", "embed_out", "output")
 #: Families whose rollouts the sampler cannot produce, with why (found on tiny
 #: random-weight models of transformers 5.25): their state between decoding steps is not
 #: a cache the model returns, or their step kernel fails. SFT reads whole sequences in
-#: one forward and trains them (tests/config/test_model_preflight.py).
+#: one forward and trains them (tests/preflight/test_model_preflight.py).
 NO_SAMPLING = {
     "recurrent_gemma": "keeps its recurrent state inside its own layers and returns no cache",
     "rwkv": "returns its recurrent state as `state`, not a cache the sampler can carry from "
@@ -40,68 +42,6 @@ NO_SAMPLING = {
     "xlstm": "fails in transformers' own inference step kernel on CPU (matC_old has wrong "
     "shape) at every size tried",
 }
-#: Values of HF_HUB_OFFLINE that explicitly allow downloading.
-_ONLINE = ("0", "false", "no", "off")
-
-
-def _offline() -> bool:
-    return any(
-        os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
-        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-    )
-
-
-def downloads_allowed() -> bool:
-    """Whether the run may download a model the cache lacks: ``HF_HUB_OFFLINE=0`` says so
-    outright; unset, the hub must answer a connection now (:func:`hub_reachable`), else
-    the load would fail a minute later, after retries, with a traceback."""
-    if _offline():
-        return False
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in _ONLINE:
-        return True
-    return hub_reachable()
-
-
-#: The probe's verdict per (host, port): a sweep's thousand points connect once.
-_reachable: dict[tuple[str, int], bool] = {}
-#: Seconds the probe waits for a connection (DNS lookup included).
-PROBE_S = 3.0
-
-
-def _hub_address() -> tuple[str, int]:
-    """Where a download would connect first: the HTTPS proxy when one is set, else the
-    hub endpoint (``HF_ENDPOINT``, default huggingface.co)."""
-    from urllib.parse import urlsplit
-
-    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
-    url = urlsplit(proxy or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    default = 443 if url.scheme == "https" else 80
-    return url.hostname or "huggingface.co", url.port or default
-
-
-def hub_reachable() -> bool:
-    """Whether a TCP connection to the hub (or the proxy) opens within ``PROBE_S``; the
-    lookup and connection run in a daemon thread, so a hanging resolver cannot hold the
-    pre-flight longer than that."""
-    import socket
-    import threading
-
-    address = _hub_address()
-    if address not in _reachable:
-        verdict: list[bool] = []
-
-        def connect() -> None:
-            try:
-                socket.create_connection(address, timeout=PROBE_S).close()
-                verdict.append(True)
-            except OSError:
-                verdict.append(False)
-
-        probe = threading.Thread(target=connect, name="hub-probe", daemon=True)
-        probe.start()
-        probe.join(PROBE_S)
-        _reachable[address] = bool(verdict and verdict[0])
-    return _reachable[address]
 
 
 def model_problems(cfg: DictConfig) -> list[Problem]:
@@ -146,48 +86,12 @@ def _model_problems(cfg: DictConfig, name: str) -> list[Problem]:
     return folder_problems(cfg, folder, name)
 
 
-def _download_command(name: str, revision: str | None) -> str:
-    return f"hf download {name}" + (f" --revision {revision}" if revision else "")
-
-
 def _hub_problems(cfg: DictConfig, name: str) -> list[Problem]:
     """A hub id: checked in its cached snapshot, found without any network call."""
-    revision = cfg.model.revision
-    snapshot = model_files.cached_snapshot(name, revision)
+    snapshot = model_files.cached_snapshot(name, cfg.model.revision)
     if snapshot is not None:
         return folder_problems(cfg, snapshot, name)
-    cache = model_files.hub_cache()
-    at = f" at revision {revision}" if revision else ""
-    command = _download_command(name, revision)
-    if downloads_allowed():
-        return [
-            world_problem(
-                "model.name",
-                name,
-                f"is not in the Hugging Face cache ({cache}){at}; the run will download it, "
-                "so its files, tokenizer and lengths are checked only once it has loaded.",
-                fix(note=f"{command} first, to have everything checked before the run"),
-                warning=True,
-            )
-        ]
-    host, port = _hub_address()
-    why = (
-        "HF_HUB_OFFLINE is set, so it cannot be downloaded"
-        if _offline()
-        else f"the hub ({host}:{port}) does not answer from here, so it cannot be downloaded "
-        "(the load would fail a minute later, after its retries)"
-    )
-    return [
-        world_problem(
-            "model.name",
-            name,
-            f"is not in the Hugging Face cache ({cache}){at}: {why}.",
-            fix(
-                note=f"{command} (or huggingface-cli download {name}) where the hub is "
-                "reachable, into this cache, then run again"
-            ),
-        )
-    ]
+    return uncached_problems(cfg, name)
 
 
 def _name_problem(name: str, reason: str, note: str, warning: bool = False) -> Problem:
@@ -201,7 +105,7 @@ def _again(name: str) -> str:
     """How to get a whole copy: the hub's download command for a hub id."""
     if _looks_local(name):
         return "copy or save the folder again"
-    return f"{_download_command(name, None)} again (it fetches what is missing or broken)"
+    return f"{download_command(name, None)} again (it fetches what is missing or broken)"
 
 
 def folder_problems(cfg: DictConfig, folder: Path, name: str) -> list[Problem]:

@@ -1,11 +1,10 @@
 """The task's code and data, checked before any model: rewards and generators resolve and
-accept their calls, the data streams cleanly, and prompts and answers fit their budgets."""
+accept their calls (:mod:`.rewards`, :mod:`.generator`), the data streams cleanly, and
+prompts and answers fit their budgets (:mod:`.lengths`)."""
 
 from __future__ import annotations
 
-import inspect
 import os
-import random
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,11 +18,11 @@ from art_hydra.config.schema import (
     ModelSource,
     TaskSource,
 )
-from art_hydra.config.targets import ROLE_OF_KEY, NotMarkedError, TargetError
 from art_hydra.model_files import FolderError
 from art_hydra.preflight import lengths as row_lengths
 from art_hydra.preflight import rewards as reward_checks
 from art_hydra.preflight.common import model_folder, top_p_problems, world_problem
+from art_hydra.preflight.generator import generator_problems
 from art_hydra.safe_paths import file_refusal
 from art_hydra.tasks import dataset
 from art_hydra.tasks.base import (
@@ -32,71 +31,9 @@ from art_hydra.tasks.base import (
     data_rules,
     iter_examples,
     remote_data_allowed,
-    resolve_task_code,
 )
-from art_hydra.tasks.examples import Example, TaskDataError
+from art_hydra.tasks.examples import Example
 from art_hydra.tasks.jsonl import Scan
-
-
-def _code(cfg: DictConfig, key: str) -> tuple[Any, list[Problem]]:
-    """The reward or generator ``key`` names, or why it may not or cannot run: a config
-    file may name only a marked function (see :mod:`art_hydra.config.targets`)."""
-    path = cfg.task.reward._target_ if key == "task.reward._target_" else cfg.task.generator
-    try:
-        return resolve_task_code(cfg.task, key), []
-    except TaskDataError as exc:
-        cause = exc.__cause__
-        reason = str(cause) if isinstance(cause, TargetError) else str(exc)
-        role = ROLE_OF_KEY[key]
-        remedy = (
-            fix(
-                {key: path},
-                f"on the command line, if you trust it; or mark it @{role} "
-                f"(from art_hydra import {role})",
-            )
-            if isinstance(cause, NotMarkedError)
-            else fix({key: placeholder("module.function")})
-        )
-        return None, [world_problem(key, path, reason, remedy)]
-
-
-def _signature_problems(fn: Any, key: str, kwargs: dict[str, Any], what: str) -> list[Problem]:
-    """Whether ``fn`` can be called by parameter name with ``kwargs`` (``what`` spells
-    the call for the message)."""
-    try:
-        signature = inspect.signature(fn)
-    except ValueError:
-        return []  # no signature to inspect: the call itself will tell
-    try:
-        signature.bind(**kwargs)
-    except TypeError as exc:
-        own = ", ".join(signature.parameters)
-        return [
-            world_problem(
-                key,
-                f"{fn.__module__}.{fn.__qualname__}",
-                f"does not accept the call {what}: arguments are passed by parameter name, "
-                f"and its parameters are ({own}) ({exc}).",
-                _params_fix(signature, key, kwargs, what),
-            )
-        ]
-    return []
-
-
-def _params_fix(signature: inspect.Signature, key: str, kwargs: dict[str, Any], what: str) -> Any:
-    """Drop the ``task.params`` arguments the generator does not take (the user's own
-    overrides of them); for a reward, or a generator missing what art_hydra passes, its
-    parameters must change."""
-    takes_any = any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values())
-    extra = [k for k in kwargs if k not in signature.parameters]
-    passed = {"rng", "num_examples"}
-    if key == "task.generator" and extra and not takes_any and not passed & set(extra):
-        return fix(
-            note=f"drop the task.params argument(s) it does not take: {', '.join(extra)}",
-            drops=tuple(f"task.params.{k}" for k in extra),
-            alt=fix(note=f"name its parameters as in {what}"),
-        )
-    return fix(note=f"name its parameters as in {what}")
 
 
 @dataclass
@@ -170,7 +107,7 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
     resolved, problems = reward_checks.resolve_rewards(cfg)
     reward = reward_checks.answer_pairs(resolved)
     if task.source == TaskSource.generated:
-        found = _generator_problems(cfg)
+        found = generator_problems(cfg)
         if found:
             return problems + found
         key, value = "task.generator", task.generator
@@ -286,38 +223,6 @@ def _reward_call_problems(
         return found
     refused = {p.key for p in problems}
     return reward_checks.call_problems(cfg, resolved, stats.rows, refused)
-
-
-def _generator_problems(cfg: DictConfig) -> list[Problem]:
-    """The generator resolves, is not given art_hydra's own arguments in task.params, and
-    accepts its call."""
-    task = cfg.task
-    generator, problems = _code(cfg, "task.generator")
-    if generator is None:
-        return problems
-    params = dict(task.params)
-    taken = sorted({"rng", "num_examples"} & set(params))
-    if taken:
-        return [
-            *problems,
-            world_problem(
-                f"task.params.{taken[0]}",
-                params[taken[0]],
-                "is an argument art_hydra gives every generator itself (rng is seeded "
-                "from seed, num_examples is task.num_examples).",
-                fix(
-                    note=f"drop task.params.{taken[0]} (~task.params.{taken[0]})",
-                    drops=(f"task.params.{taken[0]}",),
-                ),
-            ),
-        ]
-    names = "".join(f", {k}=..." for k in params)
-    return problems + _signature_problems(
-        generator,
-        "task.generator",
-        {"rng": random.Random(0), "num_examples": 1, **params},
-        f"generator(rng=..., num_examples=...{names}) (task.params)",
-    )
 
 
 def _data_stats(cfg: DictConfig, reward: Any) -> DataStats | tuple[str, Any]:

@@ -19,13 +19,24 @@ from art_hydra.config.eval_rules import enabled, own_data
 from art_hydra.config.schema import TaskSource
 from art_hydra.tasks.examples import Example, TaskDataError
 
-#: Mixed into the seed so the held-out draw is not the data order's (seed + epoch).
-_SALT = 0x5EED_E7A1
+#: Mixed into evaluation's seeds, so that its draws are not training's: the held-out
+#: split's is not the data order's (seed + epoch), and the evaluator's sampling is not
+#: the producer's (:mod:`art_hydra.engine.evaluation`).
+EVAL_SALT = 0x5EED_E7A1
 
 
 def prompt_key(example: Example) -> tuple[str, tuple[tuple[str, str], ...], bool]:
-    """What makes two examples the same prompt (not its answer or other columns)."""
+    """What makes two examples the same prompt (not its answer or other columns), and
+    so what its encoding depends on (the producer encodes each distinct prompt once)."""
     return example.prompt, example.messages, example.plain
+
+
+def first_of_each_prompt(examples: list[Example]) -> dict[Any, Example]:
+    """Each distinct prompt's first example, by :func:`prompt_key`, in the data's order."""
+    first: dict[Any, Example] = {}
+    for example in examples:
+        first.setdefault(prompt_key(example), example)
+    return first
 
 
 def held_out_count(distinct: int, fraction: float) -> int:
@@ -41,9 +52,7 @@ def split_examples(
     every example of the other prompts stays in ``train``, in the data's order.
 
     Raises :class:`TaskDataError` when the share holds out no prompt or all of them."""
-    first: dict[Any, Example] = {}
-    for example in examples:
-        first.setdefault(prompt_key(example), example)
+    first = first_of_each_prompt(examples)
     keys = list(first)
     count = held_out_count(len(keys), fraction)
     if count < 1 or count >= len(keys):
@@ -57,7 +66,7 @@ def split_examples(
             + ", or evaluate on data of its own (eval.path=...)"
         )
     order = list(range(len(keys)))
-    random.Random(seed ^ _SALT).shuffle(order)
+    random.Random(seed ^ EVAL_SALT).shuffle(order)
     chosen = {keys[i] for i in order[:count]}
     held = [first[keys[i]] for i in order[:count]]
     train = [ex for ex in examples if prompt_key(ex) not in chosen]
@@ -92,10 +101,7 @@ def eval_examples(cfg: Any, examples: list[Example]) -> tuple[list[Example], lis
         from art_hydra.tasks.base import build_task
 
         found = build_task(own_eval_config(cfg)).examples
-        first: dict[Any, Example] = {}
-        for example in found:
-            first.setdefault(prompt_key(example), example)
-        train, held = examples, list(first.values())
+        train, held = examples, list(first_of_each_prompt(found).values())
     else:
         train, held = split_examples(examples, cfg.eval.fraction, cfg.seed)
     if cfg.eval.max_examples is not None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from art_hydra.config import run_files
 from art_hydra.config.secrets import SHOWN, reads_environment, redacted, scrub_data
 from art_hydra.config.tracker_names import TENSORBOARD, chosen_trackers, project_name
-from art_hydra.run_folder import UnsafePath, entry_kind, read_record, write_atomic
+from art_hydra.runs.run_folder import UnsafePath, entry_kind, read_record, write_atomic
 from art_hydra.trackers import (  # noqa: F401  (each registers its tracker)
     mlflow_tracker,
     tensorboard_tracker,

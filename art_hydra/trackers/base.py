@@ -9,7 +9,7 @@ at import time: the compose path and runs that chose no tracker import none of t
 writes only inside the run folder (its ``trackers/`` folder, TensorBoard's own
 ``tensorboard/``): the environment variables that would send a library's files to the
 home directory or the working directory are pointed into it first. The run's
-:class:`~art_hydra.metrics.MetricsLog` fans its metrics, samples and end out to every
+:class:`~art_hydra.engine.metrics.MetricsLog` fans its metrics, samples and end out to every
 tracker the run chose; a tracker that fails after it started is dropped with a warning
 (the run's own outcome matters more than a dashboard).
 """

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from art_hydra.run_folder import UnsafePath, entry_kind
+from art_hydra.runs.run_folder import UnsafePath, entry_kind
 from art_hydra.trackers.base import Tracker, register_tracker, sample_rows, table
 
 

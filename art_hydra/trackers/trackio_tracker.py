@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """Trackio prints its banner and dashboard hints on stdout: to the debug log instead
-    (a piped run's stdout stays the run's own; the README says how to view the store)."""
+    (a piped run's stdout stays the run's own; docs/trackers.md says how to view the store)."""
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed):

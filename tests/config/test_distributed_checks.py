@@ -8,8 +8,8 @@ from conftest import problem_about
 
 from art_hydra import compose
 from art_hydra.config.composition import check
+from art_hydra.config.launch_plan import planned_launch
 from art_hydra.config.problems import ConfigValidationError, Kind, Severity, errors, warnings_of
-from art_hydra.config.validators import planned_launch
 
 
 def _problems(overrides: list[str]) -> list:

@@ -1,6 +1,7 @@
 """Each config key is declared once, on its schema field: help, bound, resume rule and
-legacy value live in the field's metadata, and every reader (reports, the README's key
-table, the resume comparison, the legacy fill, validator fixes) takes them from there."""
+legacy value live in the field's metadata, and every reader (reports, the key table of
+docs/config-keys.md, the resume comparison, the legacy fill, validator fixes) takes them
+from there."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import pytest
 from omegaconf import OmegaConf
 
 import art_hydra.config.schema as schema
-from art_hydra import ConfigValidationError, compose, run_folder
+from art_hydra import ConfigValidationError, compose
 from art_hydra.config import fields
 from art_hydra.config.composition import check
+from art_hydra.runs import run_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -246,18 +248,25 @@ def test_validator_fixes_restore_the_schema_default(key: str, value: float) -> N
     assert dict(problem.fix.sets)[key] == fields.default(key)
 
 
-def _readme_block() -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index(fields.README_START) + len(fields.README_START) + 1
-    return text[start : text.index(fields.README_END)]
+def _docs_block() -> str:
+    text = (ROOT / fields.KEY_TABLE_PAGE).read_text()
+    start = text.index(fields.TABLE_START) + len(fields.TABLE_START) + 1
+    return text[start : text.index(fields.TABLE_END)]
 
 
-def test_the_readme_key_table_is_the_generated_one() -> None:
-    assert _readme_block() == fields.key_table_markdown(), (
-        "README.md's key table is out of date: replace the block between "
-        f"{fields.README_START} and {fields.README_END} with the output of "
-        "`python -m art_hydra.config.fields --readme`"
+def test_the_docs_key_table_is_the_generated_one() -> None:
+    assert _docs_block() == fields.key_table_markdown(), (
+        f"{fields.KEY_TABLE_PAGE}'s key table is out of date: replace the block between "
+        f"{fields.TABLE_START} and {fields.TABLE_END} with the output of "
+        "`python -m art_hydra.config.fields --markdown`"
     )
+
+
+def test_the_readme_holds_no_key_table() -> None:
+    """The table has one home, the docs page; the README links to it."""
+    readme = (ROOT / "README.md").read_text()
+    assert fields.TABLE_START not in readme and "| `model.name` |" not in readme
+    assert fields.KEY_TABLE_PAGE in readme
 
 
 def test_the_key_table_lists_every_key_once() -> None:
@@ -267,9 +276,10 @@ def test_the_key_table_lists_every_key_once() -> None:
     assert len(set(listed)) == len(listed)
 
 
-def test_the_module_prints_the_table() -> None:
+@pytest.mark.parametrize("flag", ["--markdown", "--readme"])
+def test_the_module_prints_the_table(flag: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "art_hydra.config.fields", "--readme"],
+        [sys.executable, "-m", "art_hydra.config.fields", flag],
         capture_output=True,
         text=True,
         check=True,

@@ -1,5 +1,5 @@
-"""The package's import graph: no cycles, and the config layer never imports the Hydra
-plugin, the engine or anything heavy at module level."""
+"""The package's import graph: no cycles, every import points down a floor (the rooms of
+DESIGN.md's layout), and the config layer never imports the Hydra plugin or the engine."""
 
 from __future__ import annotations
 
@@ -67,7 +67,9 @@ def test_no_import_cycles() -> None:
 #: The floor every layer may stand on: standard library only, importing nothing of
 #: art_hydra outside this set (where code is imported from, paths and JSON read within
 #: bounds).
-FOUNDATION = frozenset({"art_hydra.import_path", "art_hydra.safe_paths", "art_hydra.safe_json"})
+FOUNDATION = frozenset(
+    {"art_hydra.import_path", "art_hydra.moved", "art_hydra.safe_paths", "art_hydra.safe_json"}
+)
 
 
 def test_the_foundation_modules_stand_on_nothing_else() -> None:
@@ -82,3 +84,50 @@ def test_the_config_layer_imports_neither_the_plugin_nor_the_engine() -> None:
         if module.startswith("art_hydra.config"):
             bad = {d for d in deps if not d.startswith("art_hydra.config")} - FOUNDATION
             assert not bad, f"{module} imports {bad}"
+
+
+#: The floors, lowest first: a module imports only from its own floor or those below.
+#: A package name covers its submodules; a set names single modules.
+FLOORS: tuple[str | frozenset[str], ...] = (
+    FOUNDATION | {"art_hydra.errors", "art_hydra.workers"},
+    "art_hydra.config",
+    frozenset({"art_hydra.model_files", "art_hydra.folder_tokenizer"}),
+    "art_hydra.tasks",
+    "art_hydra.runs",
+    "art_hydra.trackers",
+    "art_hydra.engine",
+    "art_hydra.preflight",
+    frozenset({"art_hydra.run"}),
+    "art_hydra.sweeps",
+    "art_hydra.commands",
+    frozenset({"art_hydra", "art_hydra.__main__"}),
+    "hydra_plugins",
+)
+
+
+def _floor(module: str) -> int:
+    for number, floor in enumerate(FLOORS):
+        if isinstance(floor, frozenset):
+            if module in floor:
+                return number
+        elif module == floor or module.startswith(floor + "."):
+            return number
+    raise AssertionError(f"{module} stands on no floor: add it to FLOORS (or a room of it)")
+
+
+def test_every_import_points_down_a_floor() -> None:
+    """A room may use the rooms below it, never one above: the engine never imports a
+    command, the run records never import the engine, the pre-flight never the sweeps."""
+    upward = [
+        f"{module} -> {dep}"
+        for module, deps in sorted(_graph().items())
+        for dep in sorted(deps)
+        if _floor(dep) > _floor(module)
+    ]
+    assert upward == []
+
+
+def test_the_top_level_keeps_few_modules() -> None:
+    """The flat top level is what issue 33 ended: a new module goes into its room."""
+    top = sorted(p.stem for p in (ROOT / "art_hydra").glob("*.py"))
+    assert len(top) <= 12, top

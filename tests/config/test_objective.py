@@ -18,7 +18,7 @@ from art_hydra.config.objective import (
 )
 from art_hydra.config.problems import Severity
 from art_hydra.config.schema import AlgorithmName
-from art_hydra.result import RunResult, hparams_of, objective_value, windowed_metrics
+from art_hydra.engine.result import RunResult, hparams_of, objective_value, windowed_metrics
 
 
 def test_the_default_objective_works_for_both_algorithms() -> None:
@@ -182,7 +182,7 @@ def test_the_catalogue_names_every_metric_a_step_records() -> None:
     """recipe._step_metrics writes exactly the catalogue's metrics (plus the step)."""
     import inspect
 
-    from art_hydra import recipe
+    from art_hydra.engine import recipe
 
     source = inspect.getsource(recipe._step_metrics)
     for name in STEP_METRICS:

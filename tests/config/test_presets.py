@@ -19,8 +19,8 @@ from omegaconf import OmegaConf
 from art_hydra import compose
 from art_hydra.config.composition import check, compose_and_check, make_loader
 from art_hydra.config.problems import ConfigValidationError, Severity, warnings_of
-from art_hydra.config.registry import registered_validators
 from art_hydra.config.schema import FinetuneMethod, ModelSource
+from art_hydra.config.validator_registry import registered_validators
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 INERT = "art_hydra.config.inert"

@@ -8,7 +8,7 @@ import pytest
 
 from art_hydra import ConfigValidationError, RunConfig, compose, train
 from art_hydra.config.schema import AlgorithmName, FinetuneMethod, ModelSource
-from art_hydra.metrics import read_metrics
+from art_hydra.engine.metrics import read_metrics
 
 
 def _hand_built() -> RunConfig:

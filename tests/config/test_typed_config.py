@@ -46,10 +46,10 @@ def test_only_a_validated_run_config_converts() -> None:
 def test_the_engine_builders_are_annotated_with_their_sections() -> None:
     import typing
 
-    from art_hydra.checkpoint import Checkpointer
     from art_hydra.config import schema
-    from art_hydra.queue import StepChannel
-    from art_hydra.trainer import Trainer, build_optimizer
+    from art_hydra.engine.queue import StepChannel
+    from art_hydra.engine.trainer import Trainer, build_optimizer
+    from art_hydra.runs.checkpoint import Checkpointer
 
     def hint(fn: object, name: str) -> object:
         # The engine imports the section types for type checkers only.

@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from art_hydra import ConfigValidationError, Fix, Severity, compose, validate
-from art_hydra.config.registry import registered_validators
+from art_hydra.config.validator_registry import registered_validators
 
 # (overrides that break exactly one rule, key the report must name, words of its reason,
 #  overrides of the same shape that pass)

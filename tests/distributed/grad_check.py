@@ -13,13 +13,13 @@ import torch
 from safetensors.torch import save_file
 
 from art_hydra import compose
-from art_hydra import distributed as dist_setup
-from art_hydra.backends import load_model
-from art_hydra.packing import Sequence, pack
-from art_hydra.ranks import coordinator_for
-from art_hydra.rl.sampling import SamplingSettings
+from art_hydra.engine import distributed as dist_setup
+from art_hydra.engine.backends import load_model
+from art_hydra.engine.packing import Sequence, pack
+from art_hydra.engine.ranks import coordinator_for
+from art_hydra.engine.rl.sampling import SamplingSettings
+from art_hydra.engine.trainer import Trainer, TrainingLoss
 from art_hydra.tasks import build_task
-from art_hydra.trainer import Objective, Trainer
 
 GLOBAL_SEQUENCES = 16
 
@@ -43,7 +43,7 @@ def main() -> None:
     task = build_task(cfg)
     loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=task.charset())
     sampling = SamplingSettings.from_config(cfg.rl)
-    trainer = Trainer(loaded, cfg.trainer, Objective.for_rl(cfg.rl, sampling), world)
+    trainer = Trainer(loaded, cfg.trainer, TrainingLoss.for_rl(cfg.rl, sampling), world)
     sequences = global_batch(len(loaded.tokenizer))
     share = len(sequences) // world.size
     mine = sequences[world.rank * share : (world.rank + 1) * share]

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import torch
 
 from art_hydra import compose
-from art_hydra import distributed as dist_setup
-from art_hydra.ranks import coordinator_for
+from art_hydra.engine import distributed as dist_setup
+from art_hydra.engine.ranks import coordinator_for
 
 
 def main() -> None:

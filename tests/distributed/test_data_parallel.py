@@ -170,7 +170,7 @@ def test_a_stop_signal_stops_every_rank_at_the_same_step_with_a_checkpoint(
     """SIGTERM (a preemption) reaching one rank, or the ranks at different moments: the
     ranks agree at the next step's combine, all stop after that step, and the checkpoint
     holds it; no rank takes a late signal for a second one."""
-    from art_hydra.run_folder import checkpoint_folders, verify
+    from art_hydra.runs.run_folder import checkpoint_folders, verify
 
     procs = _two_ranks(
         tmp_path,

@@ -1,4 +1,4 @@
-"""The rank coordinator (art_hydra/ranks.py) on two real gloo ranks: the token count
+"""The rank coordinator (art_hydra/engine/ranks.py) on two real gloo ranks: the token count
 summed and shared, the metrics combined, a stop seen by one rank agreed by both, the
 producers' states gathered in rank order, and both barriers passed."""
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import ART_HYDRA, output_of
 
-from art_hydra.metrics import read_metrics
+from art_hydra.engine.metrics import read_metrics
 
 #: These tests train the tiny model.
 pytestmark = pytest.mark.slow
@@ -122,7 +122,7 @@ def test_bad_task_data_names_file_and_line(cli, tmp_path: Path) -> None:
 
 def test_import_time_of_the_command_stays_light() -> None:
     # Importing the CLI module must not pull torch: the rejection path depends on it.
-    code = "import sys, art_hydra.cli; print('torch' in sys.modules)"
+    code = "import sys, art_hydra.commands.cli; print('torch' in sys.modules)"
     assert (
         subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True

@@ -12,10 +12,10 @@ import torch
 from conftest_model import QUICK, tiny
 
 from art_hydra import ConfigValidationError, compose, train
-from art_hydra.metrics import read_metrics
-from art_hydra.producer import RLProducer, encode_checked, encode_prompt, stop_token_ids
-from art_hydra.rl.losses import PolicyLossSettings, policy_loss
-from art_hydra.rl.sampling import SamplingSettings
+from art_hydra.engine.metrics import read_metrics
+from art_hydra.engine.producer import RLProducer, encode_checked, encode_prompt, stop_token_ids
+from art_hydra.engine.rl.losses import PolicyLossSettings, policy_loss
+from art_hydra.engine.rl.sampling import SamplingSettings
 from art_hydra.tasks import Example
 
 #: These tests train the tiny model.
@@ -94,7 +94,7 @@ def test_resume_refuses_other_settings_and_extends_the_run(tmp_path: Path) -> No
 
 
 def test_sft_examples_too_long_are_refused(tmp_path: Path) -> None:
-    from art_hydra.producer import SFTProducer
+    from art_hydra.engine.producer import SFTProducer
 
     cfg, loaded, task = tiny(["algorithm=sft"])
     task.examples = [Example(prompt="abc=", answer="cba" * 10)]
@@ -116,7 +116,7 @@ def test_the_trainer_computes_with_the_configured_cpu_threads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """backend.cpu_threads reaches the thread that runs every torch op of the step."""
-    from art_hydra.trainer import Trainer
+    from art_hydra.engine.trainer import Trainer
 
     seen: list[int] = []
     train_step = Trainer.train_step

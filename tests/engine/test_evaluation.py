@@ -13,9 +13,9 @@ import pytest
 from conftest_model import QUICK
 
 from art_hydra import compose, train
-from art_hydra.checkpoint import Checkpointer
 from art_hydra.config import run_files
-from art_hydra.metrics import read_metrics
+from art_hydra.engine.metrics import read_metrics
+from art_hydra.runs.checkpoint import Checkpointer
 
 #: These tests train the tiny model.
 pytestmark = pytest.mark.slow
@@ -58,14 +58,15 @@ def test_rl_evaluates_held_out_prompts_and_trains_as_without_evaluating(tmp_path
 
 
 def test_held_out_prompts_never_reach_the_producer() -> None:
-    from art_hydra.recipe import build_trainer_and_producer
+    from art_hydra.engine.recipe import build_run_parts
 
     cfg = compose([*QUICK, "eval.fraction=0.125"])
-    _, producer = build_trainer_and_producer(cfg)
-    held = {e.prompt for e in producer.eval_examples}
+    parts = build_run_parts(cfg)
+    held = {e.prompt for e in parts.eval_examples}
     assert len(held) == 8
-    trained = {e.prompt for e in producer.stream.examples}
+    trained = {e.prompt for e in parts.producer.stream.examples}
     assert trained and not held & trained
+    assert parts.eval_rewards == parts.producer.task.rewards  # scored as rollouts are
 
 
 def test_eval_path_evaluates_a_file_and_trains_as_without_evaluation(tmp_path: Path) -> None:

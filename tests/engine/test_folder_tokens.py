@@ -10,7 +10,7 @@ import pytest
 from family_models import save_family
 
 from art_hydra import compose, train
-from art_hydra.backends.torch_backend import load_base
+from art_hydra.engine.backends.torch_backend import load_base
 from art_hydra.preflight import world_problems
 
 
@@ -18,7 +18,7 @@ def _bare_tokenizer_folder(root: Path) -> Path:
     """A llama folder (config eos_token_id=2) whose tokenizer has BOS and UNK only."""
     from transformers import PreTrainedTokenizerFast
 
-    from art_hydra.backends.tiny import build_tokenizer
+    from art_hydra.engine.backends.tiny import build_tokenizer
 
     folder = save_family(root / "llama", "llama", {})
     for path in folder.glob("tokenizer*"):
@@ -77,8 +77,8 @@ def test_a_checkpoint_missing_weights_is_refused_at_load(tmp_path: Path) -> None
     from omegaconf import OmegaConf
     from safetensors.torch import load_file, save_file
 
-    from art_hydra.backends.torch_backend import MissingWeightsError, load_base
     from art_hydra.config.schema import ModelConfig, ModelSource
+    from art_hydra.engine.backends.torch_backend import MissingWeightsError, load_base
 
     folder = chatml_model(tmp_path / "qwen2")
     model_cfg = OmegaConf.structured(ModelConfig(name=str(folder), source=ModelSource.pretrained))

@@ -22,11 +22,11 @@ import torch
 from conftest import output_of
 from family_models import HYBRIDS, build_family, family_params, save_family
 
-from art_hydra.backends.tiny import build_tokenizer
+from art_hydra.engine.backends.tiny import build_tokenizer
+from art_hydra.engine.metrics import read_metrics
+from art_hydra.engine.rl import sampling
+from art_hydra.engine.rl.sampling import SamplingSettings, sample, suppressed_ids
 from art_hydra.errors import RunStopped
-from art_hydra.metrics import read_metrics
-from art_hydra.rl import sampling
-from art_hydra.rl.sampling import SamplingSettings, sample, suppressed_ids
 
 ATOL = 1e-4
 

@@ -14,8 +14,8 @@ from conftest_model import tiny
 from family_models import save_family
 
 from art_hydra import compose, train
+from art_hydra.engine.rl.sampling import SamplingSettings, _draw, sample
 from art_hydra.errors import InvalidDistributionError
-from art_hydra.rl.sampling import SamplingSettings, _draw, sample
 
 #: A stop id no model emits: every completion runs its full length.
 NEVER = (10**6,)

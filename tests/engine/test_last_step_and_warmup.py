@@ -11,8 +11,8 @@ import torch
 from conftest import output_of
 
 from art_hydra import compose
-from art_hydra.metrics import read_metrics
-from art_hydra.trainer import build_optimizer, scheduler_name
+from art_hydra.engine.metrics import read_metrics
+from art_hydra.engine.trainer import build_optimizer, scheduler_name
 
 SHORT = [
     "trainer.max_steps=3",

@@ -1,4 +1,4 @@
-"""The chunked head (art_hydra.rl.logprobs) gives the full-logits path's logprobs,
+"""The chunked head (art_hydra.engine.rl.logprobs) gives the full-logits path's logprobs,
 entropies and gradients, computes logits for trained positions only, and falls back to
 the model's own forward for a head it does not know.
 
@@ -18,10 +18,10 @@ import torch
 from conftest_model import tiny
 from family_models import CAPACITY, FAMILIES, family_params, load_family, save_family
 
-from art_hydra.packing import PackedBatch, Sequence, pack
-from art_hydra.rl import logprobs as lp
-from art_hydra.rl.sampling import SamplingSettings, suppressed_ids, token_logprobs
-from art_hydra.trainer import packed_logprobs
+from art_hydra.engine.packing import PackedBatch, Sequence, pack
+from art_hydra.engine.rl import logprobs as lp
+from art_hydra.engine.rl.sampling import SamplingSettings, suppressed_ids, token_logprobs
+from art_hydra.engine.trainer import packed_logprobs
 
 TOL = 1e-6
 

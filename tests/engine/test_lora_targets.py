@@ -37,7 +37,7 @@ def test_unknown_target_and_saved_modules_are_named_with_the_models_own(tmp_path
 
 
 def test_lora_trains_only_adapters_and_the_saved_modules(tmp_path: Path) -> None:
-    from art_hydra.backends import load_model
+    from art_hydra.engine.backends import load_model
     from art_hydra.tasks import build_task
 
     cfg = compose([*QUICK, "model.finetune=lora", "model.lora.target_modules=[q_proj,v_proj]"])
@@ -55,8 +55,8 @@ def test_gpt2_targets_are_its_conv1d_layers_never_the_head(tmp_path: Path) -> No
     from omegaconf import OmegaConf
     from transformers import AutoModelForCausalLM
 
-    from art_hydra.backends.adapters import unmatched_names
     from art_hydra.config.schema import LoraConfig
+    from art_hydra.engine.backends.adapters import unmatched_names
 
     folder = tmp_path / "gpt2"
     random_model(folder, "gpt2", gpt2_tokenizer(folder))

@@ -16,10 +16,10 @@ from conftest_model import QUICK, tiny
 from family_models import load_family, save_family
 
 from art_hydra import compose, train
-from art_hydra.backends.torch_backend import HalfWeightsError, rounded_away_share
-from art_hydra.metrics import read_metrics
-from art_hydra.queue import StepWork
-from art_hydra.recipe import build_trainer_and_producer
+from art_hydra.engine.backends.torch_backend import HalfWeightsError, rounded_away_share
+from art_hydra.engine.metrics import read_metrics
+from art_hydra.engine.queue import StepWork
+from art_hydra.engine.recipe import build_trainer_and_producer
 
 pytestmark = pytest.mark.slow
 

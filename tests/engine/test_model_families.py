@@ -16,12 +16,12 @@ import pytest
 import torch
 from family_models import CAPACITY, FAMILIES, family_params, load_family, save_family
 
-from art_hydra.backends.layout import PROVEN_FAMILIES, row_layout
-from art_hydra.backends.tiny import SPECIALS
-from art_hydra.backends.torch_backend import LoadedModel
-from art_hydra.packing import Layout, MaskForm, Sequence, pack
-from art_hydra.rl.sampling import SamplingSettings, sample, suppressed_ids, token_logprobs
-from art_hydra.trainer import packed_logprobs
+from art_hydra.engine.backends.layout import PROVEN_FAMILIES, row_layout
+from art_hydra.engine.backends.tiny import SPECIALS
+from art_hydra.engine.backends.torch_backend import LoadedModel
+from art_hydra.engine.packing import Layout, MaskForm, Sequence, pack
+from art_hydra.engine.rl.sampling import SamplingSettings, sample, suppressed_ids, token_logprobs
+from art_hydra.engine.trainer import packed_logprobs
 
 ATOL = 1e-4
 

@@ -20,9 +20,9 @@ import torch
 from conftest_model import tiny
 from family_models import FAMILIES, load_family, save_family
 
-from art_hydra.queue import StepWork
-from art_hydra.recipe import build_trainer_and_producer
-from art_hydra.rl.losses import (
+from art_hydra.engine.queue import StepWork
+from art_hydra.engine.recipe import build_trainer_and_producer
+from art_hydra.engine.rl.losses import (
     PolicyLossSettings,
     policy_loss,
     sampling_mismatch,

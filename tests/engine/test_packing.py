@@ -8,10 +8,10 @@ import pytest
 import torch
 from conftest_model import tiny
 
-from art_hydra.backends.layout import unpacked_layout
-from art_hydra.packing import PACKED, Layout, MaskForm, Sequence, completion_values, pack
-from art_hydra.rl.sampling import SamplingSettings, token_logprobs
-from art_hydra.trainer import packed_logprobs
+from art_hydra.engine.backends.layout import unpacked_layout
+from art_hydra.engine.packing import PACKED, Layout, MaskForm, Sequence, completion_values, pack
+from art_hydra.engine.rl.sampling import SamplingSettings, token_logprobs
+from art_hydra.engine.trainer import packed_logprobs
 
 
 def test_layout_by_hand() -> None:

@@ -12,8 +12,8 @@ from conftest_model import QUICK, tiny
 from safetensors.torch import load_file
 
 from art_hydra import compose, train
-from art_hydra.metrics import read_metrics
-from art_hydra.recipe import build_trainer_and_producer
+from art_hydra.engine.metrics import read_metrics
+from art_hydra.engine.recipe import build_trainer_and_producer
 
 pytestmark = pytest.mark.slow
 

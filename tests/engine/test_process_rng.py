@@ -12,7 +12,7 @@ import numpy
 import torch
 from safetensors.torch import load_file, save_file
 
-from art_hydra.checkpoint import _process_rng, _restore_process_rng
+from art_hydra.runs.checkpoint import _process_rng, _restore_process_rng
 
 
 def _draws() -> tuple:

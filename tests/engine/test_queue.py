@@ -12,7 +12,7 @@ import pytest
 from conftest_model import QUICK
 
 from art_hydra import compose
-from art_hydra.queue import DeadlockError, StallError, StepChannel, StepWork, TrainerError
+from art_hydra.engine.queue import DeadlockError, StallError, StepChannel, StepWork, TrainerError
 from art_hydra.run import run_validated
 
 

@@ -1,4 +1,4 @@
-"""The rank coordinator (art_hydra/ranks.py): a single process's does nothing and calls
+"""The rank coordinator (art_hydra/engine/ranks.py): a single process's does nothing and calls
 no collective; a process group's runs each agreement as one bounded collective, whose
 failure names what the ranks were doing. The collectives here are stand-ins for the other
 rank (tests/distributed/test_ranks_two_processes.py runs them on two real gloo ranks)."""
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from art_hydra import distributed
-from art_hydra.distributed import RankFailure, World
-from art_hydra.ranks import ProcessGroup, SingleProcess, coordinator_for
+from art_hydra.engine import distributed
+from art_hydra.engine.distributed import RankFailure, World
+from art_hydra.engine.ranks import ProcessGroup, SingleProcess, coordinator_for
 
 #: No model, no training: the coordinator's arithmetic and wiring only.
 pytestmark = pytest.mark.fast

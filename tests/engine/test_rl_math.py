@@ -8,15 +8,15 @@ import pytest
 import torch
 from conftest_model import tiny
 
-from art_hydra.rl.advantages import group_advantages
-from art_hydra.rl.losses import (
+from art_hydra.engine.rl.advantages import group_advantages
+from art_hydra.engine.rl.losses import (
     LOG_RATIO_CLAMP,
     NonFiniteLossError,
     PolicyLossSettings,
     policy_loss,
     sft_loss,
 )
-from art_hydra.rl.sampling import (
+from art_hydra.engine.rl.sampling import (
     SamplingSettings,
     logprob_logits,
     process_logits,

@@ -14,14 +14,14 @@ from conftest_model import QUICK, tiny
 from family_models import CAPACITY, build_family
 
 from art_hydra import compose, train
-from art_hydra.metrics import read_metrics
-from art_hydra.queue import StepWork
-from art_hydra.recipe import build_trainer_and_producer
-from art_hydra.trainer import (
+from art_hydra.engine.metrics import read_metrics
+from art_hydra.engine.queue import StepWork
+from art_hydra.engine.recipe import build_trainer_and_producer
+from art_hydra.engine.trainer import (
     DECAY_RULE,
     LEGACY_DECAY_RULE,
-    Objective,
     Trainer,
+    TrainingLoss,
     build_optimizer,
     no_decay_parameters,
 )
@@ -129,14 +129,14 @@ def test_a_checkpoint_of_the_older_grouping_resumes_with_its_own_groups() -> Non
     cfg, loaded, _ = tiny(["algorithm=sft", "trainer.weight_decay=0.1"])
     model = loaded.model
     assert _ours_decayed(model, LEGACY_DECAY_RULE) != _ours_decayed(model)
-    old = Trainer(loaded, cfg.trainer, Objective.for_sft())
+    old = Trainer(loaded, cfg.trainer, TrainingLoss.for_sft())
     old.optimizer, old.scheduler = build_optimizer(model, cfg.trainer, LEGACY_DECAY_RULE)
     for p in model.parameters():
         p.grad = torch.ones_like(p)
     old.optimizer.step()
     tensors, plain = old.state_dict()
     del plain["decay_rule"]  # as checkpoints of the older code were written
-    fresh = Trainer(loaded, cfg.trainer, Objective.for_sft())
+    fresh = Trainer(loaded, cfg.trainer, TrainingLoss.for_sft())
     fresh.load_state_dict(tensors, plain)
     assert fresh.decay_rule == LEGACY_DECAY_RULE
     for group_old, group_new in zip(

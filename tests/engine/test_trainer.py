@@ -10,9 +10,9 @@ import torch
 from conftest_model import tiny, with_values
 from family_models import load_family, save_family
 
-from art_hydra.producer import SFTProducer
-from art_hydra.queue import DeadlockError, StepWork
-from art_hydra.trainer import Objective, Trainer
+from art_hydra.engine.producer import SFTProducer
+from art_hydra.engine.queue import DeadlockError, StepWork
+from art_hydra.engine.trainer import Trainer, TrainingLoss
 
 #: These tests train the tiny model.
 pytestmark = pytest.mark.slow
@@ -28,7 +28,7 @@ def _grads(trainer: Trainer, batches) -> dict[str, torch.Tensor]:  # type: ignor
 
 def test_sft_accumulation_equals_the_larger_batch() -> None:
     cfg, loaded, task = tiny(["algorithm=sft"])
-    trainer = Trainer(loaded, cfg.trainer, Objective.for_sft())
+    trainer = Trainer(loaded, cfg.trainer, TrainingLoss.for_sft())
     examples = task.examples[:8]
 
     def batches(size: int, accumulation: int):  # type: ignore[no-untyped-def]
@@ -51,7 +51,7 @@ def test_sft_accumulation_equals_the_larger_batch() -> None:
 
 def test_warmup_pass_changes_no_weight_and_no_optimizer_moment() -> None:
     cfg, loaded, task = tiny(["algorithm=sft", "trainer.per_device_train_batch_size=8"])
-    trainer = Trainer(loaded, cfg.trainer, Objective.for_sft())
+    trainer = Trainer(loaded, cfg.trainer, TrainingLoss.for_sft())
     producer = SFTProducer(loaded, task, cfg)
     # One real step first, so the optimizer has moments that a warmup could disturb.
     assert trainer.train_step(StepWork(producer.make_inputs())) is not None
@@ -85,7 +85,7 @@ def test_a_step_short_of_its_micro_batches_is_the_deadlock_and_trains_nothing() 
             "trainer.per_device_train_batch_size=8",
         ]
     )
-    trainer = Trainer(loaded, cfg.trainer, Objective.for_sft())
+    trainer = Trainer(loaded, cfg.trainer, TrainingLoss.for_sft())
     one_input = with_values(cfg, {"trainer.gradient_accumulation_steps": 1})
     producer = SFTProducer(loaded, task, one_input)
     weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
@@ -103,7 +103,7 @@ def test_no_weight_decay_on_biases_and_norms_but_on_tied_embeddings(tmp_path: Pa
     cfg, loaded = load_family(folder, overrides=["trainer.weight_decay=0.1"])
     model = loaded.model
     assert model.lm_head.weight is model.model.embed_tokens.weight
-    trainer = Trainer(loaded, cfg.trainer, Objective.for_sft())
+    trainer = Trainer(loaded, cfg.trainer, TrainingLoss.for_sft())
     decayed, kept = trainer.optimizer.param_groups
     assert decayed["weight_decay"] == 0.1 and kept["weight_decay"] == 0.0
     names = {id(p): n for n, p in model.named_parameters()}
@@ -132,6 +132,6 @@ def test_no_weight_decay_on_biases_and_norms_but_on_tied_embeddings(tmp_path: Pa
 
 def test_without_weight_decay_one_group_in_parameter_order() -> None:
     cfg, loaded, _ = tiny(["algorithm=sft"])
-    trainer = Trainer(loaded, cfg.trainer, Objective.for_sft())
+    trainer = Trainer(loaded, cfg.trainer, TrainingLoss.for_sft())
     (group,) = trainer.optimizer.param_groups
     assert [id(p) for p in group["params"]] == [id(p) for p in loaded.model.parameters()]

@@ -27,11 +27,11 @@ import torch
 from conftest_model import QUICK, tiny
 
 from art_hydra import compose, train
-from art_hydra.metrics import read_metrics
-from art_hydra.packing import PACKED, Sequence, pack
-from art_hydra.producer import MiniBatch
-from art_hydra.recipe import build_trainer_and_producer
-from art_hydra.rl.losses import PolicyLossSettings, policy_loss
+from art_hydra.engine.metrics import read_metrics
+from art_hydra.engine.packing import PACKED, Sequence, pack
+from art_hydra.engine.producer import MiniBatch
+from art_hydra.engine.recipe import build_trainer_and_producer
+from art_hydra.engine.rl.losses import PolicyLossSettings, policy_loss
 
 
 def trl_normalizer(
@@ -228,8 +228,8 @@ def test_across_ranks_the_generation_counts_are_summed(monkeypatch: pytest.Monke
     """Two ranks, each with its own generation batch: every mini-batch divides by TRL's
     normalizer over both (the sum of the ranks' generation tokens / steps_per_generation
     / processes, since DDP averages the ranks' gradients)."""
-    from art_hydra import distributed
-    from art_hydra.ranks import ProcessGroup
+    from art_hydra.engine import distributed
+    from art_hydra.engine.ranks import ProcessGroup
 
     other_rank = 40.0 / 2  # the other rank's generation batch: 40 tokens, 2 mini-batches
     monkeypatch.setattr(distributed, "all_sum", lambda world, values: [values[0] + other_rank])

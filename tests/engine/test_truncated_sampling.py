@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from art_hydra import compose
-from art_hydra.metrics import read_metrics
+from art_hydra.engine.metrics import read_metrics
 from art_hydra.run import train
 
 #: These tests train the tiny model.

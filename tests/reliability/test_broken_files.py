@@ -11,7 +11,7 @@ import pytest
 from conftest import output_of, run_cli
 from test_interrupts import FAULT
 
-from art_hydra.run_folder import checkpoint_folders, latest_intact, write_manifest
+from art_hydra.runs.run_folder import checkpoint_folders, latest_intact, write_manifest
 
 pytestmark = pytest.mark.slow
 

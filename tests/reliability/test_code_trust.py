@@ -83,7 +83,7 @@ def test_a_shared_experiment_cannot_unpickle_through_numpy_load(
 
 
 @pytest.mark.parametrize(
-    "target", [*GADGETS, "art_hydra.metrics.plot_curve", "art_hydra.run.train"]
+    "target", [*GADGETS, "art_hydra.engine.metrics.plot_curve", "art_hydra.run.train"]
 )
 def test_gadgets_are_refused_at_composition_from_the_command_line(target: str) -> None:
     for key in ("task.reward._target_", "task.generator"):
@@ -99,7 +99,7 @@ def test_gadgets_are_refused_at_composition_from_a_config_file(tmp_path: Path, t
 
 
 def test_plot_curve_as_a_reward_is_refused_by_the_cli(cli, tmp_path: Path) -> None:
-    proc = cli("task.reward._target_=art_hydra.metrics.plot_curve", "dry_run=true")
+    proc = cli("task.reward._target_=art_hydra.engine.metrics.plot_curve", "dry_run=true")
     out = output_of(proc)
     assert proc.returncode == 1
     assert "is not one of art_hydra's own rewards" in out

@@ -27,11 +27,11 @@ from conftest import output_of, run_cli
 from omegaconf import OmegaConf
 
 from art_hydra import compose
+from art_hydra.commands.trained import UsageError, build_folder_task
 from art_hydra.config.run_files import RUN_CONFIG, checkpoint_name
 from art_hydra.preflight import sweep_folder_problems
-from art_hydra.run_folder import write_manifest
-from art_hydra.sweep_summary import MAX_POINTS, SweepTooLarge, grid_size, summarize
-from art_hydra.trained import UsageError, build_folder_task
+from art_hydra.runs.run_folder import write_manifest
+from art_hydra.sweeps.summary import MAX_POINTS, SweepTooLarge, grid_size, summarize
 
 #: Nine levels of ten aliases: a few hundred bytes that expand to a billion values.
 BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -171,7 +171,7 @@ def examples(rng, num_examples, **params):
         ("task.generator", "folder_code.examples"),
         ("task.generator", "numpy.save"),
         ("task.generator", "shutil.copyfile"),
-        ("task.generator", "art_hydra.run_folder.write_atomic"),
+        ("task.generator", "art_hydra.runs.run_folder.write_atomic"),
         ("task.reward._target_", "folder_code.score"),
     ],
 )

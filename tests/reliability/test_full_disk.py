@@ -38,8 +38,9 @@ def test_a_full_disk_stops_the_run_cleanly_and_it_resumes_once_there_is_room(
     args = [*FAULT, "checkpoint.every_steps=2", "checkpoint.keep_last=1", f"hydra.run.dir={run}"]
     command = " ".join(shlex.quote(a) for a in [ART_HYDRA, *args])
     verify = (
-        f'{shlex.quote(sys.executable)} -c "from art_hydra.run_folder import checkpoint_folders, '
-        f"verify; print('WHOLE', [verify(p) for p in checkpoint_folders(__import__('pathlib')"
+        f'{shlex.quote(sys.executable)} -c "from art_hydra.runs.run_folder import '
+        f"checkpoint_folders, verify; print('WHOLE', [verify(p) for p in "
+        f"checkpoint_folders(__import__('pathlib')"
         f".Path('{run}/checkpoints'))])\""
     )
     script = (

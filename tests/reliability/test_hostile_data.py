@@ -16,9 +16,9 @@ from conftest import output_of, run_cli
 from omegaconf import OmegaConf
 
 from art_hydra import compose
-from art_hydra.metrics import read_metrics
+from art_hydra.engine.metrics import read_metrics
 from art_hydra.preflight import world_problems
-from art_hydra.run_folder import write_manifest
+from art_hydra.runs.run_folder import write_manifest
 from art_hydra.safe_json import JsonRefused, read
 
 BUDGETS = ["rl.max_prompt_length=32", "rl.max_completion_length=32"]

@@ -21,7 +21,7 @@ import torch
 from conftest import ART_HYDRA, run_cli, start_cli, wait_for_steps
 from safetensors.torch import load_file
 
-from art_hydra.run_folder import checkpoint_folders, verify
+from art_hydra.runs.run_folder import checkpoint_folders, verify
 
 pytestmark = pytest.mark.slow
 

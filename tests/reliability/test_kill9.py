@@ -14,7 +14,7 @@ import pytest
 from conftest import run_cli, start_cli, wait_for_steps
 from test_interrupts import FAULT, FINAL, same_weights
 
-from art_hydra.run_folder import checkpoint_folders
+from art_hydra.runs.run_folder import checkpoint_folders
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import output_of, run_cli
 
-from art_hydra import compose, run_identity
-from art_hydra.run_identity import IDENTITY
+from art_hydra import compose
+from art_hydra.runs import run_identity
+from art_hydra.runs.run_identity import IDENTITY
 
 pytestmark = pytest.mark.slow
 

@@ -361,7 +361,7 @@ def test_a_library_named_file_in_the_working_folder_is_never_imported(tmp_path: 
 def test_a_resume_names_the_reward_of_the_list_whose_source_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from art_hydra import run_identity
+    from art_hydra.runs import run_identity
 
     module = tmp_path / "resumed_rewards.py"  # a name no other test imports
     module.write_text(MODULE)

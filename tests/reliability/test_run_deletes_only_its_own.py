@@ -21,12 +21,13 @@ from pathlib import Path
 import pytest
 from conftest import ART_HYDRA, output_of, report_entries
 
-from art_hydra import Severity, compose, run_identity
+from art_hydra import Severity, compose
 from art_hydra.config.run_files import RUN_MANIFEST
+from art_hydra.engine.result import write_refused_result
 from art_hydra.preflight import world_problems
-from art_hydra.progress import stdout_reader_may_go
-from art_hydra.result import write_refused_result
-from art_hydra.run_folder import (
+from art_hydra.runs import run_identity
+from art_hydra.runs.progress import stdout_reader_may_go
+from art_hydra.runs.run_folder import (
     claim,
     clear_unsaved_run,
     foreign_records,

@@ -18,8 +18,8 @@ from conftest import output_of, report_entries, run_cli, start_cli, wait_for_ste
 from safetensors.torch import load_file, save_file
 
 from art_hydra import compose
-from art_hydra.metrics import MetricsLog, _truncate_after
-from art_hydra.run_folder import (
+from art_hydra.engine.metrics import MetricsLog, _truncate_after
+from art_hydra.runs.run_folder import (
     RunLock,
     UnsafePath,
     claim,

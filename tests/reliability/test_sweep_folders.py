@@ -15,7 +15,7 @@ from conftest import output_of, report_entries, run_cli, start_cli
 from omegaconf import OmegaConf
 
 from art_hydra.preflight import sweep_folder_problems
-from art_hydra.run_folder import checkpoint_folders
+from art_hydra.runs.run_folder import checkpoint_folders
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from conftest_model import QUICK
 
 from art_hydra import compose, train
 from art_hydra.errors import StallError
-from art_hydra.run_folder import checkpoint_folders
+from art_hydra.runs.run_folder import checkpoint_folders
 
 pytestmark = pytest.mark.slow
 

@@ -67,7 +67,7 @@ def test_lora_rl_job_samples_and_trains_consistently(tmp_path: Path) -> None:
     check = (
         "import sys, torch\n"
         "from art_hydra import compose\n"
-        "from art_hydra.backends.tiny import build_model, build_tokenizer\n"
+        "from art_hydra.engine.backends.tiny import build_model, build_tokenizer\n"
         "from peft import PeftModel\n"
         "from safetensors.torch import load_file\n"
         "cfg = compose(['model.finetune=lora'])\n"

@@ -121,7 +121,7 @@ def watching_generations() -> Iterator[list[dict[str, Any]]]:
 
     The producer's own ``sample`` and ``score_rewards`` still do the work; this only sees
     their results (the engine stays untouched)."""
-    from art_hydra import producer
+    from art_hydra.engine import producer
 
     seen: list[dict[str, Any]] = []
     real_sample, real_score = producer.sample, producer.score_rewards
@@ -151,7 +151,7 @@ def watching_generations() -> Iterator[list[dict[str, Any]]]:
 
 def run(name: str, overrides: list[str]) -> dict[str, Any]:
     from art_hydra import compose, train
-    from art_hydra.metrics import read_metrics
+    from art_hydra.engine.metrics import read_metrics
 
     with tempfile.TemporaryDirectory() as tmp, watching_generations() as generations:
         train(compose([*COMMON, *overrides]), run_dir=tmp)

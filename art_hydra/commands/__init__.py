@@ -1,0 +1,1 @@
+"""The commands a user types: art-hydra (cli), its launch, export, generate."""

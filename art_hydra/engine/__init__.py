@@ -1,0 +1,1 @@
+"""The training engine: the recipe, producer, queue, trainer, packing, RL maths and backends."""

@@ -1,0 +1,2 @@
+"""The run folder and its records: lock, manifest, identity, checkpoints, interrupts,
+progress, messages."""

@@ -1,0 +1,168 @@
+"""What a sweeper that draws points as it goes (Optuna and the like) may draw, and which
+way it searches.
+
+Such a sweeper cannot be checked point by point up front, so before its study starts
+the fixed overrides must run, and so must some combination of the finite dimensions
+(an interval is tried at both ends). A point it draws later that cannot run is refused,
+and the sweeper is told the worst value for its direction (:class:`Refused`), so the
+study learns to avoid that region instead of stopping.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from art_hydra import moved
+from art_hydra.config.hydra_compat import raw_list
+from art_hydra.config.problems import Problem, errors
+from art_hydra.sweeps.points import ranks_per_job
+from art_hydra.sweeps.reports import fail, sweep_report
+
+log = moved.logger(__name__)  # the name it logged under before the move
+
+#: The most combinations of the finite dimensions checked before a study starts.
+MAX_COMBINATIONS = 10_000
+
+
+class Refused(float):
+    """The value a sweeper gets for a point that was not launched: the worst for its
+    direction (so a study learns from it), with the problems that refused it."""
+
+    problems: list[Problem]
+
+    def __new__(cls, value: float, problems: list[Problem]) -> Refused:
+        made = super().__new__(cls, value)
+        made.problems = problems
+        return made
+
+
+def worst_value(config: DictConfig | None) -> float:
+    """The worst objective for the sweep's direction: the sweeper's own setting where it
+    has one (Optuna's ``hydra.sweeper.direction``), else ``objective.direction``."""
+    direction = (
+        OmegaConf.select(config, "hydra.sweeper.direction", default=None) if config else None
+    )
+    if direction is None and config is not None:
+        direction = OmegaConf.select(config, "objective.direction", default="maximize")
+    if isinstance(direction, (list, tuple)) or OmegaConf.is_list(direction):
+        direction = direction[0] if len(direction) else "maximize"
+    name = str(getattr(direction, "name", direction)).lower()
+    return math.inf if name.endswith("minimize") else -math.inf
+
+
+def check_search_space(config: DictConfig, checker: Callable[[], Any]) -> None:
+    """Before the study starts: one direction, the one the objective is better in; every
+    combination of the finite dimensions checked (up to :data:`MAX_COMBINATIONS`).
+    Combinations that cannot run are named once, grouped by problem: the sweeper may
+    draw them, and they will be refused, never launched. None can run: no study.
+    ``checker`` gives the sweep's point checker, made only when there is something to check."""
+    from art_hydra.config.launch_plan import planned_launch
+
+    _refuse_several_directions(config)
+    mismatch = direction_mismatch(config)
+    if mismatch:
+        log.warning(mismatch)
+    fixed, dims = search_space(config)
+    combos = combinations(dims)
+    if combos is None:
+        log.warning(
+            "The search space has over %d combinations; each point is checked as it is drawn.",
+            MAX_COMBINATIONS,
+        )
+        return
+    points = [[*fixed, *combo] for combo in combos]
+    made = checker()
+    with planned_launch(ranks_per_job(config.hydra.launcher)):
+        checked = [made.problems(point, 0) for point in points]
+    invalid = [(i, points[i], p) for i, p in enumerate(checked) if errors(p)]
+    if not invalid:
+        return
+    report = sweep_report(invalid, len(points), "combination", " of the search space")
+    if len(invalid) == len(points):
+        fail(f"{report}\nNo combination of the search space can run; the study was not started.")
+    log.warning(
+        f"{report}\nThe sweeper may still draw these: such trials are refused before "
+        "launch (the sweeper is given the worst value), never run."
+    )
+
+
+def _refuse_several_directions(config: DictConfig) -> None:
+    directions = OmegaConf.select(config, "hydra.sweeper.direction", default=None)
+    if OmegaConf.is_list(directions) and len(directions) > 1:
+        fail(
+            f"hydra.sweeper.direction has {len(directions)} directions, but each art_hydra "
+            "job returns one objective (objective.metric); every trial would train and "
+            "then fail. Fix: hydra.sweeper.direction=maximize (or minimize, as "
+            "objective.direction says). The study was not started."
+        )
+
+
+def direction_mismatch(config: DictConfig) -> str | None:
+    """A sweeper told to go the other way than the objective (maximising a loss)."""
+    wanted = OmegaConf.select(config, "hydra.sweeper.direction", default=None)
+    if wanted is None or OmegaConf.is_list(wanted):
+        return None
+    from art_hydra.config.objective import resolve
+
+    try:
+        spec = resolve(config.objective, config.algorithm.name)
+    except Exception:
+        return None
+    wanted = str(getattr(wanted, "name", wanted)).lower()
+    if wanted.endswith(spec.direction):
+        return None
+    return (
+        f"hydra.sweeper.direction={wanted} but the objective {spec.metric} is better when "
+        f"it is {'lower' if spec.direction == 'minimize' else 'higher'} "
+        f"(objective.direction resolves to {spec.direction}): the study would search for "
+        f"the worst runs. Fix: hydra.sweeper.direction={spec.direction}, or choose "
+        "objective.metric / objective.direction."
+    )
+
+
+def search_space(config: DictConfig) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """``(fixed overrides, [(key, values to try)])`` of a sweep: the command line's task
+    overrides and the sweeper's ``params``; a finite dimension gives its values, an
+    interval its two ends."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import IntervalSweep
+
+    texts = raw_list(config.hydra.overrides.task)
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None)
+    if isinstance(params, DictConfig):
+        texts += [f"{k}={v}" for k, v in OmegaConf.to_container(params, resolve=False).items()]
+    fixed: list[str] = []
+    dims: dict[str, list[str]] = {}
+    for override in OverridesParser.create().parse_overrides(texts):
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            fixed.append(override.input_line)
+            continue
+        sweep = override.value()
+        if isinstance(sweep, IntervalSweep):
+            low, high = sweep.start, sweep.end
+            if all(float(v).is_integer() for v in (low, high)) and "int" in str(
+                getattr(sweep, "tags", "")
+            ):
+                low, high = int(low), int(high)
+            dims[key] = [f"{key}={low}", f"{key}={high}"]
+        else:
+            dims[key] = [f"{key}={v}" for v in override.sweep_string_iterator()]
+    fixed = [f for f in fixed if f.split("=", 1)[0].lstrip("+~") not in dims]
+    return fixed, list(dims.items())
+
+
+def combinations(dims: list[tuple[str, list[str]]]) -> list[list[str]] | None:
+    """Every combination of the dimensions' values (None: more than
+    :data:`MAX_COMBINATIONS`, too many to check up front)."""
+    total = 1
+    for _, values in dims:
+        total *= max(len(values), 1)
+    if total > MAX_COMBINATIONS:
+        return None
+    return [list(c) for c in itertools.product(*(values for _, values in dims))]

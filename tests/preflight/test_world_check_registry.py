@@ -1,0 +1,71 @@
+"""World checks come from a registry beside the validators': art_hydra's own register
+there in the order they report, and a launcher script's module adds one with
+``@world_check`` (a check that crashes is reported by name, not as a traceback)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from conftest import output_of
+
+from art_hydra.preflight import ENVIRONMENT_SECTIONS, environment_sections
+from art_hydra.preflight.world_check_registry import registered_world_checks
+
+USER_CHECKS = '''
+from art_hydra import Problem, fix
+from art_hydra.preflight import world_check
+
+
+@world_check(reads=("task", "acme"), name="acme.data_share")
+def data_share_mounted(cfg):
+    """ACME's data share must be mounted before a run reads it."""
+    yield Problem("task.path", cfg.task.path, "ACME: the data share is not mounted.",
+                  fix({"task.path": "/mnt/acme/data.jsonl"}))
+
+
+@world_check(reads=("model",))
+def broken(cfg):
+    raise RuntimeError("boom")
+'''
+
+LAUNCHER = """
+import acme_world  # registers its world checks
+from art_hydra.commands.cli import main
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_art_hydra_s_own_checks_are_registered_in_report_order() -> None:
+    checks = registered_world_checks()
+    assert list(checks)[:5] == ["task", "model", "backend", "trackers", "eval"]
+    assert checks["backend"].devices and not checks["task"].devices
+    assert set(environment_sections()) == set(ENVIRONMENT_SECTIONS)
+
+
+def test_a_launcher_script_s_world_check_runs_in_the_pre_flight(tmp_path: Path) -> None:
+    (tmp_path / "acme_world.py").write_text(textwrap.dedent(USER_CHECKS))
+    (tmp_path / "launch.py").write_text(textwrap.dedent(LAUNCHER))
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path), env.get("PYTHONPATH")) if p)
+    proc = subprocess.run(
+        [sys.executable, "launch.py", "dry_run=true"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = output_of(proc)
+    assert proc.returncode == 1, out
+    assert "fix: task.path=/mnt/acme/data.jsonl" in out
+    assert "ACME: the data share is not mounted." in out
+    # reads=("model",) put it after the built-in checks; its entry comes last.
+    assert out.index("ACME: the data share") < out.index("world check acme_world.broken")
+    assert "the world check crashed: boom" in out
+    assert "Traceback" not in out
