@@ -8,14 +8,84 @@ trainer's own code keeps its traceback (``art_hydra.engine.queue.TrainerError``)
 from __future__ import annotations
 
 import os
+import sysconfig
+import traceback
+from pathlib import Path
 
 from hydra.errors import CompactHydraException
+
+#: art_hydra's own folder: a frame there is the engine, not the user's code.
+_PACKAGE = str(Path(__file__).resolve().parent) + os.sep
 
 
 def full_error() -> bool:
     """Whether the user asked Hydra for tracebacks (``HYDRA_FULL_ERROR=1``): the one
     place that reads it, for the CLI and the pre-flight sweeper alike."""
     return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
+def _libraries() -> tuple[str, ...]:
+    """The standard library's and the installed packages' folders: a frame there is a
+    library the user's code called, not the line the user wrote."""
+    paths = sysconfig.get_paths()
+    names = ("stdlib", "platstdlib", "purelib", "platlib")
+    return tuple(str(Path(paths[n]).resolve()) + os.sep for n in names if n in paths)
+
+
+def user_frames(exc: BaseException) -> list[traceback.FrameSummary]:
+    """The frames of ``exc``'s traceback in the code art_hydra called (a reward, a
+    generator): those after art_hydra's last frame, innermost last."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [i for i, f in enumerate(frames) if str(Path(f.filename).resolve()).startswith(_PACKAGE)]
+    return frames[own[-1] + 1 :] if own else frames
+
+
+def _shown_path(filename: str) -> str:
+    path = Path(filename).resolve()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def user_code_site(exc: BaseException) -> str | None:
+    """Where the user's code raised ``exc``: ``my_rewards.py:12, in my_reward``, the
+    innermost frame of theirs (a library it called is skipped); None when no user frame
+    is in the traceback."""
+    frames = user_frames(exc)
+    if not frames:
+        return None
+    libraries = _libraries()
+    theirs = [f for f in frames if not str(Path(f.filename).resolve()).startswith(libraries)]
+    frame = (theirs or frames)[-1]
+    return f"{_shown_path(frame.filename)}:{frame.lineno}, in {frame.name}"
+
+
+def raised(exc: BaseException) -> str:
+    """A user's exception in one line: its type, its message and where their code
+    raised it (``ValueError: bad row (my_rewards.py:12, in my_reward)``)."""
+    site = user_code_site(exc)
+    return f"{type(exc).__name__}: {exc}" + (f" ({site})" if site else "")
+
+
+def user_traceback(exc: BaseException) -> str | None:
+    """The traceback of the user's frames in ``exc`` or the first exception of its
+    chain that has any (a :class:`RewardError` is raised from the reward's own), for the
+    run's log file; None when none has (a failure inside art_hydra or a library it
+    called keeps its own report)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        frames = user_frames(current) if current.__traceback__ is not None else []
+        libraries = _libraries()
+        written = [f for f in frames if not str(Path(f.filename).resolve()).startswith(libraries)]
+        if written and not isinstance(current, RunStopped):
+            lines = traceback.format_list(frames)
+            lines += traceback.format_exception_only(type(current), current)
+            return "Traceback of the user's code (most recent call last):\n" + "".join(lines)
+        current = current.__cause__ or current.__context__
+    return None
 
 
 class RunStopped(CompactHydraException, RuntimeError):

@@ -41,7 +41,7 @@ from art_hydra.engine.result import (
 
 # ResumeError stays importable from here, where it was defined before errors.py held it.
 from art_hydra.errors import ResumeError as ResumeError
-from art_hydra.errors import RunFolderBusy, RunStopped
+from art_hydra.errors import RunFolderBusy, RunStopped, user_traceback
 from art_hydra.runs.progress import stdout_reader_may_go
 from art_hydra.runs.run_messages import in_log_files
 
@@ -285,8 +285,10 @@ def run_validated(
     except BaseException as exc:
         distributed.write_status(world, f"failed: {type(exc).__name__}: {exc}".splitlines()[0])
         status, reason = stop_reason(exc)
-        if status == FAILED:
-            in_log_files(f"art_hydra: the run failed: {reason}", logging.ERROR)
+        if status == FAILED:  # the log file also keeps the user's own frames (a reward's)
+            trace = user_traceback(exc)
+            failed = f"art_hydra: the run failed: {reason}" + (f"\n{trace}" if trace else "")
+            in_log_files(failed.rstrip(), logging.ERROR)
         _finish_record(record, status, reason)
         if world.enabled and not isinstance(exc, (RunStopped, KeyboardInterrupt)):
             raise distributed.failure(world, "training", exc, typed.distributed.timeout_s) from exc

@@ -27,6 +27,7 @@ from art_hydra.config.fields import help_of
 from art_hydra.config.hydra_compat import raw_value
 from art_hydra.config.problems import Kind, Problem, fix, override_value, placeholder
 from art_hydra.config.schema import RunConfig
+from art_hydra.config.trl_names import trl_suggestion
 
 #: The top-level key that belongs to Hydra, not to the run.
 HYDRA_KEY = "hydra"
@@ -281,7 +282,10 @@ def unknown_key_problem(path: str, value: Any, parent_type: Any) -> Problem:
         )
     section = getattr(parent_type, "__name__", "the config")
     close = difflib.get_close_matches(leaf, names, n=1, cutoff=0.6)
-    if close:
+    trl = trl_suggestion(path, value)
+    if trl is not None:  # TRL's name for a setting: its key here, not a spelling match
+        hint, suggestion = trl
+    elif close:
         target = f"{parent}.{close[0]}" if parent else close[0]
         doc = help_of(parent_type, close[0])
         hint = f" Did you mean {target}?" + (f" It is: {doc}" if doc else "")

@@ -18,6 +18,7 @@ from art_hydra.config.schema import (
     ModelSource,
     TaskSource,
 )
+from art_hydra.errors import raised
 from art_hydra.model_files import FolderError
 from art_hydra.preflight import lengths as row_lengths
 from art_hydra.preflight import rewards as reward_checks
@@ -256,7 +257,7 @@ def _gather(cfg: DictConfig, rules: DataRules) -> DataStats | tuple[str, Any]:
             stats.add(where, example)
     except Exception as exc:  # the generator's own code, or an example it made
         if generated:
-            return f"raised {type(exc).__name__}: {exc}", fix(note="fix the generator")
+            return f"raised {raised(exc)}", fix(note="fix the generator")
         return (
             f"cannot be read as task data: {type(exc).__name__}: {exc}",
             fix({"task.path": placeholder("a readable json, jsonl, csv or parquet file")}),

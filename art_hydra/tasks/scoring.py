@@ -27,7 +27,7 @@ from typing import Any
 
 from art_hydra import workers
 from art_hydra.config.bounds import FLOAT32_MAX
-from art_hydra.errors import RewardError
+from art_hydra.errors import RewardError, raised
 from art_hydra.tasks.examples import Example
 from art_hydra.tasks.reward_set import (
     Calling,
@@ -197,7 +197,7 @@ def score_rewards(
                 per_reward.append(values)
         except BaseException as exc:
             verb = "raised" if progress["doing"] == "scoring" else "returned a value that raised"
-            failure.append((f"{verb} {type(exc).__name__}: {exc}", exc))
+            failure.append((f"{verb} {raised(exc)}", exc))
 
     worker = workers.start(work, "reward")
     worker.join(timeout_s)

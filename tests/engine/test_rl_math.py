@@ -38,6 +38,29 @@ def test_group_advantages_by_hand() -> None:
         group_advantages([1.0, 0.0, 1.0], group_size=2, scale=True)
 
 
+@pytest.mark.parametrize(
+    "group",
+    [
+        [0.1 + 0.2, 0.3, 0.3, 0.3],  # equal but for rounding: no signal, as in TRL
+        [1.0, 1.0, 1.0, 1.0],
+        [0.0, 1e-6, 0.0, 0.0],  # a real (small) difference
+        [0.0, 1.0, 0.0, 0.0],
+        [2.0, 2.0 + 4e-9, 2.0, 2.0 - 4e-9],  # spread below the tolerance
+        [2.0, 2.0 + 4e-8, 2.0, 2.0 - 4e-8],  # spread above it
+    ],
+)
+def test_a_group_without_signal_is_judged_as_trl_judges_it(group: list[float]) -> None:
+    """TRL counts a group as zero-std with ``torch.isclose(rewards.std(), 0)``; the
+    ``zero_std_groups`` metric uses the same rule and tolerance."""
+    trl = bool(
+        torch.isclose(
+            torch.tensor(group, dtype=torch.float64).std(), torch.tensor(0.0, dtype=torch.float64)
+        )
+    )
+    _, zero = group_advantages(group, group_size=4, scale=True)
+    assert zero == [trl]
+
+
 def _settings(loss_type: str = "ppo_clip", beta: float = 0.0) -> PolicyLossSettings:
     return PolicyLossSettings(loss_type=loss_type, epsilon=0.2, epsilon_high=0.28, beta=beta)
 

@@ -272,3 +272,27 @@ def test_a_deep_metrics_line_is_dropped_not_a_recursion_error(tmp_path: Path) ->
         '{"step": 1, "loss": 0.5}\n' + "[" * 30_000 + "]" * 30_000 + '\n{"step": 2, "loss": 0.4}\n'
     )
     assert [row["step"] for row in read_metrics(tmp_path)] == [1, 2]
+
+
+def test_a_generator_that_raises_is_named_with_its_file_and_line(tmp_path: Path) -> None:
+    """The user's bug is in their generator: the report says where their code raised,
+    past the library it called (a stdlib parse), never as a traceback."""
+    (tmp_path / "broken_task.py").write_text(
+        "import json\n"
+        "def examples(rng, num_examples, **params):\n"
+        "    yield {'prompt': 'ab=', 'answer': 'ba'}\n"
+        "    row = json.loads('{not json')\n"
+        "    yield row\n"
+    )
+    proc = run_cli(
+        "task.allowed_modules=[broken_task]",
+        "task.generator=broken_task.examples",
+        "dry_run=true",
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    out = output_of(proc)
+    assert proc.returncode == 1, out
+    assert "raised JSONDecodeError: Expecting property name" in out
+    assert "(broken_task.py:4, in examples)" in out
+    assert "Traceback" not in out

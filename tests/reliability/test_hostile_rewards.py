@@ -94,6 +94,25 @@ def test_bad_reward_values_are_named_before_any_advantage(
 
 
 @pytest.mark.slow
+def test_a_reward_that_raises_mid_run_shows_where_the_users_code_raised(hostile: Path) -> None:
+    """The bug is in the user's reward: the message names its file and line (not a
+    traceback on screen), and the run's log file keeps the traceback of their frames."""
+    proc = run_cli(
+        *_reward("boom"), "hydra.run.dir=run", cwd=hostile, env={"PYTHONPATH": str(hostile)}
+    )
+    out = output_of(proc)
+    assert proc.returncode == 1, out
+    assert "the reward hostile_rewards.boom raised KeyError: 'no score for " in out
+    assert "(hostile_rewards.py:10, in boom)" in out
+    assert "Traceback" not in out
+    log = (hostile / "run" / "art_hydra.log").read_text()
+    assert "Traceback of the user's code (most recent call last):" in log
+    assert 'hostile_rewards.py", line 10, in boom' in log
+    assert 'raise KeyError("no score for " + prompt)' in log
+    assert "art_hydra/tasks/scoring.py" not in log  # the user's frames, not the engine's
+
+
+@pytest.mark.slow
 def test_a_hanging_reward_stops_the_run_within_its_bound(hostile: Path) -> None:
     proc = run_cli(  # its 120 s timeout guards against a hang
         *_reward("hang"),

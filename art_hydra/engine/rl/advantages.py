@@ -39,6 +39,20 @@ def group_relative(group: Sequence[float], scale: bool, eps: float) -> list[floa
     return centred
 
 
+#: A group whose rewards' standard deviation is at most this carries no signal. TRL's
+#: rule (``torch.isclose(std, 0)``, whose absolute tolerance is 1e-8): rewards that
+#: differ only by rounding (0.1 + 0.2 against 0.3) count as equal, as they do there.
+ZERO_STD_TOLERANCE = 1e-8
+
+
+def no_spread(group: Sequence[float]) -> bool:
+    """Whether ``group``'s rewards are equal within :data:`ZERO_STD_TOLERANCE` (their
+    sample standard deviation, as TRL computes it with ``torch.std``)."""
+    mean = sum(group) / len(group)
+    std = math.sqrt(sum((r - mean) ** 2 for r in group) / (len(group) - 1))
+    return std <= ZERO_STD_TOLERANCE
+
+
 def group_advantages(
     rewards: Sequence[float],
     group_size: int,
@@ -47,7 +61,8 @@ def group_advantages(
     estimator: str = "group_relative",
 ) -> tuple[list[float], list[bool]]:
     """Advantages of completions grouped by prompt, and which groups carry no signal
-    (their rewards are all equal; their count is the ``zero_std_groups`` metric).
+    (their rewards are equal within :data:`ZERO_STD_TOLERANCE`; their count is the
+    ``zero_std_groups`` metric).
 
     Each consecutive group of ``group_size`` rewards goes to the registered estimator
     ``estimator`` (``rl.advantage_estimator``) with ``scale`` (``rl.scale_rewards``) and
@@ -62,7 +77,7 @@ def group_advantages(
     zero_spread: list[bool] = []
     for start in range(0, len(rewards), group_size):
         group = list(rewards[start : start + group_size])
-        zero_spread.append(max(group) == min(group))
+        zero_spread.append(no_spread(group))
         values = [float(a) for a in found.fn(group, scale, eps)]
         if len(values) != group_size:
             raise ValueError(
