@@ -7,6 +7,7 @@ trainer's own code keeps its traceback (``art_hydra.engine.queue.TrainerError``)
 
 from __future__ import annotations
 
+import functools
 import os
 import sysconfig
 import traceback
@@ -24,6 +25,7 @@ def full_error() -> bool:
     return os.environ.get("HYDRA_FULL_ERROR") == "1"
 
 
+@functools.cache
 def _libraries() -> tuple[str, ...]:
     """The standard library's and the installed packages' folders: a frame there is a
     library the user's code called, not the line the user wrote."""
@@ -32,12 +34,21 @@ def _libraries() -> tuple[str, ...]:
     return tuple(str(Path(paths[n]).resolve()) + os.sep for n in names if n in paths)
 
 
+def _in(folders: str | tuple[str, ...], frame: traceback.FrameSummary) -> bool:
+    return str(Path(frame.filename).resolve()).startswith(folders)
+
+
 def user_frames(exc: BaseException) -> list[traceback.FrameSummary]:
     """The frames of ``exc``'s traceback in the code art_hydra called (a reward, a
     generator): those after art_hydra's last frame, innermost last."""
     frames = traceback.extract_tb(exc.__traceback__)
-    own = [i for i, f in enumerate(frames) if str(Path(f.filename).resolve()).startswith(_PACKAGE)]
+    own = [i for i, f in enumerate(frames) if _in(_PACKAGE, f)]
     return frames[own[-1] + 1 :] if own else frames
+
+
+def _written_by_user(frames: list[traceback.FrameSummary]) -> list[traceback.FrameSummary]:
+    """Of the frames art_hydra called, those outside the libraries the user's code used."""
+    return [f for f in frames if not _in(_libraries(), f)]
 
 
 def _shown_path(filename: str) -> str:
@@ -55,9 +66,7 @@ def user_code_site(exc: BaseException) -> str | None:
     frames = user_frames(exc)
     if not frames:
         return None
-    libraries = _libraries()
-    theirs = [f for f in frames if not str(Path(f.filename).resolve()).startswith(libraries)]
-    frame = (theirs or frames)[-1]
+    frame = (_written_by_user(frames) or frames)[-1]
     return f"{_shown_path(frame.filename)}:{frame.lineno}, in {frame.name}"
 
 
@@ -77,10 +86,8 @@ def user_traceback(exc: BaseException) -> str | None:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        frames = user_frames(current) if current.__traceback__ is not None else []
-        libraries = _libraries()
-        written = [f for f in frames if not str(Path(f.filename).resolve()).startswith(libraries)]
-        if written and not isinstance(current, RunStopped):
+        frames = user_frames(current)
+        if _written_by_user(frames) and not isinstance(current, RunStopped):
             lines = traceback.format_list(frames)
             lines += traceback.format_exception_only(type(current), current)
             return "Traceback of the user's code (most recent call last):\n" + "".join(lines)

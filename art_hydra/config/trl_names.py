@@ -17,32 +17,26 @@ from typing import Any
 from art_hydra.config.problems import Fix, fix, placeholder
 
 
-def _same(value: Any) -> Any:
-    return value
-
-
 def _truthy(value: Any) -> bool:
     return value is True or str(value).strip().lower() in {"true", "1", "yes"}
 
 
 @dataclass(frozen=True)
 class TrlName:
-    """Where one of TRL's names leads: ``key`` set from the value (``convert``), or only
-    the ``note`` where art_hydra has no such setting."""
+    """Where one of TRL's names leads: ``key``, set to the value as typed, or to what
+    ``convert`` makes of it; ``note`` says what differs."""
 
-    key: str | None
+    key: str
     note: str = ""
-    convert: Callable[[Any], Mapping[str, Any] | None] | None = None
+    convert: Callable[[Any], Mapping[str, Any]] | None = None
 
     def suggestion(self, path: str, value: Any) -> Fix:
-        sets = self.convert(value) if self.convert is not None else None
-        if sets is None and self.key is not None:
-            sets = {self.key: _same(value)}
-        return fix(sets or None, note=self.note, drops=(path,))
+        sets = self.convert(value) if self.convert is not None else {self.key: value}
+        return fix(sets, note=self.note, drops=(path,))
 
 
-def _dtype(half: str) -> Callable[[Any], Mapping[str, Any] | None]:
-    def convert(value: Any) -> Mapping[str, Any] | None:
+def _dtype(half: str) -> Callable[[Any], Mapping[str, Any]]:
+    def convert(value: Any) -> Mapping[str, Any]:
         return {"model.dtype": half if _truthy(value) else "float32"}
 
     return convert
@@ -62,15 +56,14 @@ def _loss_type(value: Any) -> Mapping[str, Any]:
     return {"rl.loss_type": "cispo" if str(value) == "cispo" else "ppo_clip"}
 
 
-def _steps(what: str) -> Callable[[Any], Mapping[str, Any]]:
+def _asked(key: str, what: str) -> Callable[[Any], Mapping[str, Any]]:
+    """No setting of TRL's kind here: the closest key, its value the user's to choose."""
+
     def convert(value: Any) -> Mapping[str, Any]:
-        return {"trainer.max_steps": placeholder(what)}
+        return {key: placeholder(what)}
 
     return convert
 
-
-_RL = "rl"
-_TRAINER = "trainer"
 
 #: TRL's (and TrainingArguments') name -> where it leads here.
 TRL_NAMES: dict[str, TrlName] = {
@@ -90,12 +83,12 @@ TRL_NAMES: dict[str, TrlName] = {
         "trainer.max_steps",
         note="art_hydra counts optimizer steps, not epochs: an epoch is the examples "
         "divided by the prompts of one step",
-        convert=_steps("optimizer steps"),
+        convert=_asked("trainer.max_steps", "optimizer steps"),
     ),
     "warmup_ratio": TrlName(
         "trainer.warmup_steps",
         note="art_hydra warms up for a number of steps, not a fraction of the run",
-        convert=lambda value: {"trainer.warmup_steps": placeholder("steps")},
+        convert=_asked("trainer.warmup_steps", "steps"),
     ),
     "loss_type": TrlName(
         "rl.loss_type",
@@ -115,7 +108,7 @@ TRL_NAMES: dict[str, TrlName] = {
         convert=lambda value: {"resume": True},
     ),
     **{
-        name: TrlName(f"{_RL}.{name}")
+        name: TrlName(f"rl.{name}")
         for name in (
             "num_generations",
             "max_prompt_length",
@@ -132,7 +125,7 @@ TRL_NAMES: dict[str, TrlName] = {
         )
     },
     **{
-        name: TrlName(f"{_TRAINER}.{name}")
+        name: TrlName(f"trainer.{name}")
         for name in (
             "learning_rate",
             "per_device_train_batch_size",
@@ -158,6 +151,5 @@ def trl_suggestion(path: str, value: Any) -> tuple[str, Fix] | None:
     found = TRL_NAMES.get(leaf)
     if found is None:
         return None
-    where = found.key or "no key"
-    hint = f" {leaf} is TRL's name; art_hydra's is {where}."
+    hint = f" {leaf} is TRL's name; art_hydra's is {found.key}."
     return hint, found.suggestion(path, value)

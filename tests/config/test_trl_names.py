@@ -72,7 +72,7 @@ def test_every_name_has_a_value_here() -> None:
 def _typed_at(name: str) -> str:
     """Where a TRL user would type the name: under trainer (TRL has one flat config),
     or at the top level for the names that are trainer keys here."""
-    key = TRL_NAMES[name].key or ""
+    key = TRL_NAMES[name].key
     return name if key.startswith("trainer.") else f"trainer.{name}"
 
 
@@ -86,7 +86,7 @@ def test_a_trl_name_leads_to_the_key_that_does_its_work(name: str) -> None:
     found = problem.fix
     assert isinstance(found, Fix) and found.drops == (path,)
     keys = [key for key, _ in found.sets]
-    assert keys and all(k.startswith(TRL_NAMES[name].key or "-") for k in keys), keys
+    assert keys and all(k.startswith(TRL_NAMES[name].key) for k in keys), keys
     if found.has_placeholder:  # art_hydra has no such setting: the note says so
         assert found.note
         return

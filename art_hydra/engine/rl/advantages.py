@@ -28,15 +28,23 @@ def group_relative(group: Sequence[float], scale: bool, eps: float) -> list[floa
     """GRPO's advantage: the reward minus the group mean, divided by the group's sample
     standard deviation (plus ``eps``) when ``scale``. A group whose rewards are all equal
     has advantage 0 for every member (exactly, whatever the mean's rounding)."""
-    size = len(group)
     if max(group) == min(group):
-        return [0.0] * size
-    mean = sum(group) / size
-    centred = [r - mean for r in group]
+        return [0.0] * len(group)
+    centred = _centred(group)
     if scale:
-        std = math.sqrt(sum(c * c for c in centred) / (size - 1))
+        std = _sample_std(centred)
         centred = [c / (std + eps) for c in centred]
     return centred
+
+
+def _centred(group: Sequence[float]) -> list[float]:
+    mean = sum(group) / len(group)
+    return [r - mean for r in group]
+
+
+def _sample_std(centred: Sequence[float]) -> float:
+    """The sample standard deviation of rewards already centred on their mean."""
+    return math.sqrt(sum(c * c for c in centred) / (len(centred) - 1))
 
 
 #: A group whose rewards' standard deviation is at most this carries no signal. TRL's
@@ -48,9 +56,7 @@ ZERO_STD_TOLERANCE = 1e-8
 def no_spread(group: Sequence[float]) -> bool:
     """Whether ``group``'s rewards are equal within :data:`ZERO_STD_TOLERANCE` (their
     sample standard deviation, as TRL computes it with ``torch.std``)."""
-    mean = sum(group) / len(group)
-    std = math.sqrt(sum((r - mean) ** 2 for r in group) / (len(group) - 1))
-    return std <= ZERO_STD_TOLERANCE
+    return _sample_std(_centred(group)) <= ZERO_STD_TOLERANCE
 
 
 def group_advantages(
