@@ -186,6 +186,35 @@ def position_limit(config: dict[str, Any]) -> tuple[str, int] | None:
     return config_value(config, POSITION_KEYS)
 
 
+def folder_positions(folder: Path | None) -> int | None:
+    """The position limit of the model in ``folder`` (its config.json); None without a
+    folder, or where the config cannot be read or names no limit (the folder's own
+    check says why)."""
+    if folder is None:
+        return None
+    try:
+        config = read_json_file(folder / "config.json")
+    except FolderError:
+        return None
+    found = position_limit(config) if isinstance(config, dict) else None
+    return found[1] if found else None
+
+
+def model_positions(name: str, revision: str | None) -> int | None:
+    """The positions of ``model.name`` without loading it: a local folder's config.json,
+    or a hub id's cached snapshot's (None: neither is here; a hub id downloads at load)."""
+    local = Path(os.path.expanduser(name))
+    try:
+        folder = (
+            local
+            if local.is_dir()
+            else (cached_snapshot(name, revision) if HUB_ID.match(name) else None)
+        )
+    except OSError:
+        return None
+    return folder_positions(folder)
+
+
 def vocab_size(config: dict[str, Any]) -> int | None:
     found = config_value(config, ("vocab_size",))
     return found[1] if found else None
@@ -423,3 +452,124 @@ def cached_snapshot(repo_id: str, revision: str | None = None) -> Path | None:
         if found:  # no refs/main (a copied cache): the newest snapshot
             return max(found, key=lambda s: s.stat().st_mtime)
     return None
+
+
+# ---- what loading would decide, read from the files --------------------------------
+
+
+def folder_tensors(folder: Path) -> dict[str, Tensor]:
+    """Every tensor of the folder's weights (all shards), from their headers; raises
+    :class:`FolderError` as :func:`read_header` and :func:`weight_files` do, and for a
+    missing shard."""
+    files, missing = weight_files(folder)
+    if missing:
+        raise FolderError(f"missing shards: {missing[:3]}")
+    tensors: dict[str, Tensor] = {}
+    for shard in files:
+        tensors.update(read_header(folder / shard))
+    return tensors
+
+
+#: The safetensors dtypes ``dtype="auto"`` may load a model in, as the config spells them.
+_FLOATS = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
+
+
+def checkpoint_dtype(
+    config: dict[str, Any], tensors: dict[str, Tensor], first_file: str | None
+) -> tuple[str, str] | None:
+    """The dtype ``from_pretrained(dtype="auto")`` loads the model in, and where it reads
+    it: config.json's ``dtype`` (``torch_dtype`` before transformers 5), else the first
+    floating-point tensor of the first weight file (``first_file``); None when neither
+    says."""
+    for key in ("dtype", "torch_dtype"):
+        value = config.get(key)
+        if isinstance(value, str) and value:
+            return value.removeprefix("torch."), f"config.json {key}={value}"
+    if first_file is None:
+        return None
+    for tensor in sorted(tensors.values(), key=lambda t: t.name):
+        if tensor.file == first_file and tensor.dtype in _FLOATS:
+            return _FLOATS[tensor.dtype], f"its weights are {tensor.dtype} ({first_file})"
+    return None
+
+
+#: A ``model_type`` (or class) key of transformers' checkpoint conversion mappings.
+_CONVERSION_KEY = re.compile(r'^\s+(?:mapping\[)?"([\w.-]+)"\]?\s*[:=]', re.MULTILINE)
+
+
+@functools.cache
+def renamed_at_load() -> frozenset[str] | None:
+    """The model types (and class names) whose checkpoint names the installed
+    transformers renames or fuses as it loads (``conversion_mapping.py``: Mixtral's
+    experts become one fused parameter, a multimodal prefix moves): their safetensors
+    names are not their modules' names. None when the source cannot be read."""
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    source = Path(next(iter(spec.submodule_search_locations))) / "conversion_mapping.py"
+    try:
+        text = source.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    names: set[str] = set()
+    for line in text.splitlines():
+        found = _CONVERSION_KEY.match(line)
+        if found:
+            names.add(found.group(1))
+            # "minimax": "mixtral" (a family that borrows another's mapping): both.
+            value = line.partition(":")[2].strip().rstrip(",").strip('"')
+            if re.fullmatch(r"[\w.-]+", value):
+                names.add(value)
+    return frozenset(names) or None
+
+
+def module_names(
+    config: dict[str, Any], tensors: dict[str, Tensor]
+) -> tuple[dict[str, str], list[str]]:
+    """The modules the weights describe, as LoRA's name rules read them: each module
+    name -> "" where peft can wrap it (a layer holding a ``weight`` of two or more
+    dimensions: Linear, Conv1D, Embedding, Conv), else "a block" (it holds other modules)
+    or "a norm" (only a one-dimensional weight); and the last names of the linear layers
+    (without embeddings and the head). A head tied to the embeddings has no tensor of its
+    own but is a module (``lm_head``)."""
+    params: dict[str, dict[str, int]] = {}
+    blocks: set[str] = set()
+    for name, tensor in tensors.items():
+        module, _, param = name.rpartition(".")
+        if not module:
+            continue
+        params.setdefault(module, {})[param] = len(tensor.shape)
+        parts = module.split(".")
+        blocks.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    heads = [m for m in params if m.rpartition(".")[2] in _HEAD_NAMES]
+    if not heads and tied_embeddings(config):
+        params["lm_head"] = {"weight": 2}
+    modules: dict[str, str] = dict.fromkeys(blocks, "a block")
+    for module, held in params.items():
+        layer = held.get("weight", 0) >= 2 or "in_proj_weight" in held
+        modules[module] = "" if layer else ("a block" if module in blocks else "a norm")
+    embedding = embedding_tensor(tensors)
+    skip = {embedding.name.rpartition(".")[0]} if embedding else set()
+    linear = sorted(
+        {
+            module.rpartition(".")[2]
+            for module, what in modules.items()
+            if not what
+            and params.get(module, {}).get("weight") == 2  # a Conv's weight has more
+            and module not in skip
+            and module.rpartition(".")[2] not in _HEAD_NAMES
+            and not _is_embedding(module.rpartition(".")[2])
+            and module not in blocks
+        }
+    )
+    return modules, linear
+
+
+#: Names of the output head (the module a tied head is, with no tensor of its own).
+_HEAD_NAMES = ("lm_head", "embed_out", "output")
+
+
+def _is_embedding(name: str) -> bool:
+    """An embedding table's name (``embed_tokens``, ``word_embeddings``, GPT-2's ``wte``
+    and ``wpe``): a two-dimensional weight, but not a linear layer."""
+    return "emb" in name or name in ("wte", "wpe")

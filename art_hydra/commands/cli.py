@@ -17,7 +17,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import hydra
@@ -36,8 +36,10 @@ from art_hydra.config.composition import (
     config_path,
     make_loader,
     open_mapping_adds,
+    revealed_by_fixes,
 )
-from art_hydra.config.problems import ConfigValidationError, format_report
+from art_hydra.config.fix_chain import settled
+from art_hydra.config.problems import ConfigValidationError, Problem, format_report
 from art_hydra.config.store import register_configs
 from art_hydra.config.trust import Hand, by_hand, hand_of, trust_problems
 from art_hydra.errors import full_error
@@ -207,7 +209,8 @@ def _main() -> None:
         _print_schema(sys.argv[1:])
     # '+task.params.x=1' adds a generator argument whether or not the task sets it: the
     # same argv goes to the check and to Hydra.
-    sys.argv[1:] = open_mapping_adds(sys.argv[1:])
+    # A fix pasted after the command line replaces what it names (config/fix_chain.py).
+    sys.argv[1:] = settled(open_mapping_adds(sys.argv[1:]))
     args = hydra_compat.args_parser().parse_args()
     register_configs()  # also for -cp folders, which Hydra loads without importing them
     passthrough = (
@@ -308,7 +311,9 @@ def _precheck(args: Any) -> tuple[Composition, ConfigLoader] | None:
         _reject_if_bad(master)
         return None
     add_world_problems(result)
-    _reject_if_bad(result)
+    if not result.ok:  # the fixes' own problems join the report: refusals only
+        revealed = revealed_by_fixes(result, loader, config_name, overrides, add_world_problems)
+        _reject_if_bad(result, revealed)
     announce_warnings(result.problems)
     assert result.resolved is not None
     if result.resolved.dry_run:
@@ -356,12 +361,14 @@ def _asks_for_a_sweep(overrides: list[str]) -> bool:
     return any(o.lstrip("+~").startswith("hydra.mode") or "," in o for o in overrides)
 
 
-def _reject_if_bad(result: Composition) -> None:
+def _reject_if_bad(result: Composition, revealed: Sequence[tuple[int, Problem]] = ()) -> None:
+    """Refuse ``result`` with its report; ``revealed``: the errors its fixes reveal
+    (a single run's; a sweep's master is refused on its own problems)."""
     if result.ok:
         return
     if full_error():
-        raise ConfigValidationError(result.problems)
-    sys.stderr.write(format_report(result.problems) + "\n")
+        raise ConfigValidationError(result.problems, revealed=revealed)
+    sys.stderr.write(format_report(result.problems, revealed=revealed) + "\n")
     sys.exit(1)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -214,13 +215,13 @@ def generate(
 ) -> list[dict[str, Any]]:
     """One row per completion: ``prompt``, ``index`` (of ``num``), ``completion`` and
     the example's ``answer`` (None when it has none)."""
+    budget = checked_budget(source, examples, max_new_tokens)  # before any model loads
     import torch
 
     from art_hydra.engine.producer import encode_prompt
 
     where = _device(device)
     model, tokenizer = _load_model(source, where, dtype, trust_remote_code)
-    budget = max_new_tokens or source.max_new_tokens or 64
     options = _generation_options(model, tokenizer, budget, num, temperature)
     torch.manual_seed(seed)
     rows = []
@@ -246,6 +247,120 @@ def generate(
                 }
             )
     return rows
+
+
+#: --max-new-tokens when neither the flag nor the run says (an export of unknown origin).
+DEFAULT_NEW_TOKENS = 64
+
+
+def checked_budget(source: Source, examples: list[Any], asked: int | None) -> int:
+    """The tokens to generate per completion, checked before the model loads, with the
+    tokenizer (its tokenizer.json) and the positions (config.json) of the folder:
+
+    - a prompt the tokenizer cannot encode faithfully is refused as training refuses it
+      (characters that become its unknown token, text read as one of its special
+      tokens): the completion would answer another prompt;
+    - ``--max-new-tokens`` given past the positions is refused, naming the value that fits;
+    - the default (the run's ``rl.max_completion_length``) is cut to fit, with a notice,
+      since the user never asked for that many: the run's budget is a training setting.
+    """
+    budget = asked or source.max_new_tokens or DEFAULT_NEW_TOKENS
+    counter = _counter(source)
+    if counter is None:  # no tokenizer.json: checked as the model encodes, after loading
+        return budget
+    longest, which = 0, ""
+    for number, example in enumerate(examples, 1):
+        size, unknown = counter.prompt(example, None)
+        _refuse_unfaithful(counter, example, number, unknown)
+        if size > longest:
+            longest, which = size, f"prompt {number} ({_short(example.prompt)})"
+    found = _positions(source)
+    if found is None or longest + budget <= found[1]:
+        return budget
+    key, positions = found
+    limit = f"the model's {positions} positions (config.json {key}={positions})"
+    room = positions - longest
+    if room < 1:
+        raise UsageError(
+            f"{which} takes {longest} tokens, and {limit} leave no room for a completion: "
+            "shorten the prompt"
+        )
+    if asked is not None:
+        raise UsageError(
+            f"--max-new-tokens {asked} does not fit: {which} takes {longest} tokens and "
+            f"{limit} hold {room} more; pass --max-new-tokens {room} (or less), or shorten "
+            "the prompt"
+        )
+    sys.stderr.write(
+        f"art-hydra generate: {budget} new tokens (the run's rl.max_completion_length) do not "
+        f"fit after {which}, {longest} tokens, within {limit}: generating at most {room} "
+        "(--max-new-tokens sets it)\n"
+    )
+    return room
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def _counter(source: Source) -> Any:
+    """The folder's tokenizer as the run's pre-flight counts with it (None: the folder
+    has no tokenizer.json, or it does not load: the load reports that)."""
+    from art_hydra.preflight.lengths import FolderCounter, load_tokenizer
+
+    if not (source.folder / "tokenizer.json").is_file():
+        return None
+    tokenizer = load_tokenizer(source.folder)
+    return None if tokenizer is None else FolderCounter(tokenizer, str(source.folder))
+
+
+def _positions(source: Source) -> tuple[str, int] | None:
+    """The trained model's position limit and the config.json key that says so: the
+    folder's own config, else a LoRA checkpoint's base model's (None: the tiny model,
+    built to its run's room, or not readable here)."""
+    from art_hydra import model_files
+    from art_hydra.config.schema import ModelSource
+
+    if source.cfg is not None and source.cfg.model.source == ModelSource.tiny:
+        return None
+    folders = [source.folder]
+    if source.cfg is not None:
+        base = str(source.cfg.model.name)
+        local = Path(base).expanduser()
+        folders.append(local if local.is_dir() else model_files.cached_snapshot(base))
+    for folder in folders:
+        if folder is None or not (folder / "config.json").is_file():
+            continue
+        try:
+            config = model_files.read_json_file(folder / "config.json")
+        except model_files.FolderError:
+            continue
+        found = model_files.position_limit(config) if isinstance(config, dict) else None
+        if found is not None:
+            return found
+    return None
+
+
+def _refuse_unfaithful(counter: Any, example: Any, number: int, unknown: bool) -> None:
+    """A prompt that the tokenizer would not encode as written, refused: the same
+    counts that check the training data (:mod:`art_hydra.preflight.lengths`) find it."""
+    texts = [example.prompt, *(content for _, content in example.messages)]
+    pattern = counter.specials
+    hits = sorted({m for text in texts for m in pattern.findall(text)}) if pattern else []
+    if hits:
+        raise UsageError(
+            f"prompt {number} ({_short(example.prompt)}) holds text {counter.name} reads as "
+            f"its special tokens ({', '.join(repr(h) for h in hits[:5])}), not as text: it "
+            "would end the turn early; remove or rewrite it"
+        )
+    if unknown:
+        lost = sorted({c for text in texts for c in text if counter.answer(c)[1]})
+        shown = ", ".join(repr(c) for c in lost[:10]) or "some of its characters"
+        raise UsageError(
+            f"prompt {number} ({_short(example.prompt)}) holds characters {counter.name} "
+            f"cannot encode ({shown}): the model would see its unknown token instead and "
+            "answer a different prompt; remove or replace them"
+        )
 
 
 def _load_model(source: Source, where: Any, dtype: str, trust_remote_code: bool) -> tuple[Any, Any]:

@@ -85,11 +85,19 @@ def setting(
     factory: Any = None,
     resume: str = FIXED,
     legacy: Any = NO_LEGACY,
+    entries: type | None = None,
     **limits: Any,
 ) -> Any:
     """A schema field with its help, resume rule, legacy value and (with ``limits``) a
-    :class:`Bound` (``gt``, ``ge``, ``lt``, ``le``, ``why``, ``choices`` ...)."""
+    :class:`Bound` (``gt``, ``ge``, ``lt``, ``le``, ``why``, ``choices`` ...).
+
+    ``entries`` is the dataclass each entry of a list annotated ``list[Any]`` fits, with
+    keys of its own besides: OmegaConf would close a ``list[Entry]`` to the entry's fields,
+    so it sees an open list while :func:`type_hints` (every check's view) reads
+    ``list[Entry]`` (the fit types each entry, :mod:`art_hydra.config.structure`)."""
     meta = _meta(help, resume, legacy, limits)
+    if entries is not None:
+        meta["entries"] = entries
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -107,7 +115,18 @@ def section(
 
 @functools.cache
 def type_hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ():
+        if "entries" in f.metadata:
+            hints[f.name] = list.__class_getitem__(f.metadata["entries"])
+    return hints
+
+
+def entry_class(cls: type, name: str) -> type | None:
+    """The dataclass each entry of the open-mapping list ``name`` of ``cls`` fits (see
+    :func:`setting`), or None."""
+    found = {f.name: f for f in dataclasses.fields(cls)}.get(name)
+    return found.metadata.get("entries") if found is not None else None
 
 
 def _default(f: dataclasses.Field[Any]) -> Any:

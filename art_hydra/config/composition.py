@@ -21,7 +21,7 @@ import os
 import re
 import sys
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from art_hydra.config.bounds import (
     schema_default,
     type_hints,
 )
+from art_hydra.config.fix_chain import follow, settled
 from art_hydra.config.launch_plan import launched_world_size
 from art_hydra.config.problems import (
     NOTHING_STARTED,
@@ -661,7 +662,7 @@ def _value_override_problem(cfg: DictConfig, override: Override, exc: BaseExcept
             key,
             value,
             f"cannot be deleted: {_message(exc)}",
-            fix(note=f"drop the '{override.input_line}' override", drops=(key,)),
+            fix(note=f"drop the '{override.input_line}' override", drops=(f"~{key}",)),
             Kind.override,
         )
     if override.is_add() and not override.is_force_add() and _holds(cfg, key):
@@ -729,12 +730,8 @@ def _entry_list_problem(
                 wanted.append(dict(first) if not wanted and first else {})
         else:
             why = ""
-        if leaf and leaf not in names:
-            close = difflib.get_close_matches(leaf, names, n=1, cutoff=0.6)
-            why = f"'{leaf}' is not a key of an entry" + (
-                f" (did you mean {close[0]}?)" if close else ""
-            )
-            leaf = close[0] if close else ""
+        # A key besides the entry's own (``scale``) is a reward class's constructor
+        # argument: only the pre-flight, which imports the target, can tell.
         if index.isdigit() and leaf:
             wanted[int(index)][leaf] = value
     missing = [i for i, e in enumerate(wanted) if "_target_" in names and not e.get("_target_")]
@@ -750,28 +747,16 @@ def _entry_list_problem(
 
 def _entries_meant(value: list, names: list[str]) -> tuple[list[dict], str]:
     """What a list of entries written wrongly most likely meant: a bare string is an
-    entry's first field (``_target_``); a misspelt field its nearest name."""
+    entry's first field (``_target_``). Other keys are kept: they are a reward class's
+    constructor arguments, or a misspelt key the pre-flight names once it knows the
+    target is a function."""
     wanted, why = [], []
     for i, item in enumerate(value):
         if isinstance(item, str):
             wanted.append({names[0]: item})
             why.append(f"entry {i} is a string, not a mapping")
         elif isinstance(item, dict):
-            entry = {}
-            for k, v in item.items():
-                close = (
-                    k
-                    if k in names
-                    else (difflib.get_close_matches(str(k), names, n=1) or [None])[0]
-                )
-                if close != k:
-                    why.append(
-                        f"entry {i} has '{k}', not a key of an entry"
-                        + (f" (did you mean {close}?)" if close else "")
-                    )
-                if close:
-                    entry[close] = v
-            wanted.append(entry)
+            wanted.append(dict(item))
         else:
             wanted.append({})
             why.append(f"entry {i} is {type(item).__name__}, not a mapping")
@@ -799,7 +784,8 @@ def open_mapping_adds(overrides: Sequence[str]) -> list[str]:
     """``overrides`` with ``+key=value`` under an open mapping of the schema (such as
     ``task.params``, a ``dict[str, Any]`` of the generator's arguments) written as
     ``++key=value``: adding an argument is what the user means, whether or not the chosen
-    option already sets it (Hydra's ``+`` refuses a key that is there)."""
+    option already sets it (Hydra's ``+`` refuses a key that is there). A key of an entry
+    of ``task.rewards`` is set the same way, with or without '+'."""
     out = []
     for text in overrides:
         key = text[1:].partition("=")[0]
@@ -807,8 +793,25 @@ def open_mapping_adds(overrides: Sequence[str]) -> list[str]:
         adds = text.startswith("+") and not text.startswith("++") and "=" in text
         if adds and parent and typing.get_origin(_field_type(parent)) is dict:
             text = "+" + text
+        elif _entry_key(text):
+            # task.rewards.0.weight=2 sets the entry's key whether or not its file wrote
+            # it (an entry is an open mapping; the fit gives it its defaults afterwards).
+            text = "++" + text.lstrip("+")
         out.append(text)
     return out
+
+
+def _entry_key(text: str) -> bool:
+    """Whether the override ``text`` sets one key of an existing-index entry of a list of
+    entries (``task.rewards.0.weight=2``, not the list itself)."""
+    if text.startswith("~") or "=" not in text:
+        return False
+    key = text.lstrip("+").partition("=")[0]
+    entries = _entry_list(key)
+    if entries is None or key == entries[0]:
+        return False
+    index, _, leaf = key[len(entries[0]) + 1 :].partition(".")
+    return index.isdigit() and bool(leaf) and "." not in leaf
 
 
 def _field_type(key: str) -> Any:
@@ -853,16 +856,46 @@ def compose(
     unsafe = config_file_problems(config_dir)
     if unsafe:
         raise ConfigValidationError(unsafe)
-    overrides = open_mapping_adds(overrides)
-    result = compose_and_check(make_loader(config_dir), config_name, overrides, RunMode.RUN)
+    overrides = settled(open_mapping_adds(overrides))
+    loader = make_loader(config_dir)
+    result = compose_and_check(loader, config_name, overrides, RunMode.RUN)
     if not result.ok:
-        raise ConfigValidationError(result.problems)
+        raise ConfigValidationError(
+            result.problems, revealed=revealed_by_fixes(result, loader, config_name, overrides)
+        )
     announce_warnings(result.problems)
     assert result.resolved is not None
     if return_hydra_config:
         with open_dict(result.resolved):
             result.resolved[HYDRA_KEY] = result.hydra
     return result.resolved
+
+
+def revealed_by_fixes(
+    result: Composition,
+    loader: ConfigLoader,
+    config_name: str | None,
+    overrides: Sequence[str],
+    world: Callable[[Composition], None] | None = None,
+) -> list[tuple[int, Problem]]:
+    """The errors a refused ``result``'s fixes reveal (:mod:`art_hydra.config.fix_chain`),
+    each checked as ``result`` was: composed like it, under the same hand (a fix grants
+    no trust), then ``world`` (the CLI's world pre-flight, which adds its problems to a
+    :class:`Composition`) where given. Never raises: a report is not lost to what only
+    adds to it."""
+
+    def check(fixed: list[str]) -> tuple[list[Problem], DictConfig | None]:
+        again = compose_and_check(
+            loader, config_name, settled(fixed), RunMode.RUN, hand=result.hand
+        )
+        if world is not None:
+            world(again)
+        return again.problems, again.resolved
+
+    try:
+        return follow(result.problems, result.resolved, overrides, check).revealed
+    except Exception:
+        return []
 
 
 def validate(cfg: Any, *, footer: str | None = NOTHING_STARTED) -> DictConfig:

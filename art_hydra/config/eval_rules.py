@@ -152,19 +152,10 @@ def eval_fraction_holds_out_a_prompt(cfg: DictConfig) -> Iterator[Problem]:
 
 @validator
 def eval_settings_need_evaluation(cfg: DictConfig) -> Iterator[Problem]:
-    """Evaluation settings without evaluation do nothing: a likely forgotten switch. An
-    evaluation interval longer than the run evaluates only at the end."""
+    """An evaluation interval longer than the run evaluates only at the end. (Evaluation
+    settings without evaluation are :mod:`art_hydra.config.inert`'s: each one set.)"""
     ev = cfg.eval
     if not enabled(cfg):
-        if ev.every_steps > 0 or ev.num_samples > 0:
-            key = "eval.every_steps" if ev.every_steps > 0 else "eval.num_samples"
-            yield _warning(
-                key,
-                ev.every_steps if ev.every_steps > 0 else ev.num_samples,
-                "is set, but evaluation is off (eval.fraction=0, no eval.path or eval.split): "
-                "nothing is evaluated.",
-                fix(TURN_ON, "hold out 10% of the prompts"),
-            )
         return
     if ev.every_steps > cfg.trainer.max_steps:
         yield _warning(

@@ -2,12 +2,16 @@
 
 A key can be inert because another choice makes the run skip it: LoRA settings under
 ``model.finetune=full``, ``rl.*`` under ``algorithm=sft`` (and ``sft.*`` under RL),
-``task.num_examples``/``task.params``/``task.generator`` with a file task, ``model.tiny.*``
-with a pretrained model, a hub revision or remote code with the tiny model. Each such value
-*the user set* is a warning naming the setting that makes it inert. Where the ignored value
-is surely a mistake, a model or data path that would be ignored (``task.path`` without a
-file task, ``model.name`` as a path or hub id under ``model.source=tiny``), it is an error:
-the run would train on something other than what the user pointed at.
+``task.num_examples``/``task.params``/``task.generator`` with a file task,
+``model.tiny.*`` with a pretrained model, a hub revision or remote code with the tiny
+model, ``eval.*`` with evaluation off, the rewards of an SFT run that does not evaluate,
+a tracker project without a tracker that has projects, the collectives' settings on one
+process. Each such value *the user set* is a warning naming the setting that makes it
+inert. tests/config/test_every_key.py holds every schema key to that: read, warned or
+refused. Where the ignored value is surely a mistake, a model or data path that would be
+ignored (``task.path`` without a file task, ``model.name`` as a path or hub id under
+``model.source=tiny``), it is an error: the run would train on something other than what
+the user pointed at.
 
 "The user set" means the command line (:mod:`art_hydra.config.trust`'s hand) or a config
 file of the user's own (``--config-dir``, ``--config-name``); the schema's defaults and the
@@ -36,7 +40,9 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from art_hydra.config import eval_rules
 from art_hydra.config.bounds import schema_default
+from art_hydra.config.launch_plan import world_size
 from art_hydra.config.problems import Kind, Problem, Severity, fix
 from art_hydra.config.schema import (
     AlgorithmName,
@@ -45,6 +51,7 @@ from art_hydra.config.schema import (
     RunConfig,
     TaskSource,
 )
+from art_hydra.config.tracker_names import TENSORBOARD, chosen_trackers
 from art_hydra.config.trust import Hand, current_hand
 from art_hydra.config.validator_registry import validator
 
@@ -323,17 +330,129 @@ def lora_settings_under_full_finetuning(cfg: DictConfig) -> Iterator[Problem]:
 
 @validator
 def settings_of_the_other_algorithm(cfg: DictConfig) -> Iterator[Problem]:
-    """RL reads rl.*, SFT reads sft.*; never the other's."""
+    """RL reads rl.*, SFT reads sft.*; never the other's, except the rl.* settings an SFT
+    run's evaluation samples with (:func:`read_by_evaluation`)."""
     rl = cfg.algorithm.name == AlgorithmName.rl
     other, name = ("sft", "sft") if rl else ("rl", "rl")
     this = "rl" if rl else "sft"
+    read = () if rl else read_by_evaluation(cfg)
     yield from _inert(
         cfg,
-        [other],
+        [f"{other}.{k}" for k in cfg[other] if f"{other}.{k}" not in read],
         f"algorithm={this} runs {'RL' if rl else 'supervised fine-tuning'}",
         f"the {other}.* settings (algorithm={name}'s) are not used",
         lambda key, value: fix({"algorithm": name}, alt=_drop(key, value)),
         ("algorithm", "algorithm.name", "experiment"),
+    )
+
+
+def read_by_evaluation(cfg: DictConfig) -> tuple[str, ...]:
+    """The rl.* settings evaluation generates with (under either algorithm): its length
+    where eval.max_completion_length leaves it to rl.max_completion_length, and the
+    top-k/top-p filters of its sampled completions (engine/evaluation.py)."""
+    if not eval_rules.enabled(cfg):
+        return ()
+    ev = cfg.eval
+    read = ("rl.max_completion_length",) if ev.max_completion_length is None else ()
+    return read + (("rl.top_k", "rl.top_p") if ev.num_samples > 0 else ())
+
+
+#: The eval.* keys that turn evaluation on: each is read, on or off.
+EVAL_SWITCHES = ("eval.fraction", "eval.path", "eval.split")
+
+
+@validator
+def eval_settings_without_evaluation(cfg: DictConfig) -> Iterator[Problem]:
+    """Evaluation's settings do nothing while it is off (a forgotten switch, likely); its
+    sampling temperature does nothing while it samples no completion."""
+    causes = (*EVAL_SWITCHES, "eval", "experiment")
+    if not eval_rules.enabled(cfg):
+        yield from _inert(
+            cfg,
+            [f"eval.{k}" for k in cfg.eval if f"eval.{k}" not in EVAL_SWITCHES],
+            "evaluation is off (eval.fraction=0, no eval.path or eval.split)",
+            "nothing is evaluated",
+            lambda key, value: fix(
+                eval_rules.TURN_ON, "hold out 10% of the prompts", alt=_drop(key, value)
+            ),
+            causes,
+        )
+        return
+    if cfg.eval.num_samples == 0:
+        yield from _inert(
+            cfg,
+            ["eval.temperature"],
+            "eval.num_samples=0 evaluates the greedy completion only",
+            "no completion is sampled at this temperature",
+            lambda key, value: fix({"eval.num_samples": 4}, alt=_drop(key, value)),
+            ("eval.num_samples", *causes),
+        )
+
+
+@validator
+def rewards_sft_never_calls(cfg: DictConfig) -> Iterator[Problem]:
+    """Supervised fine-tuning trains on the reference answers: only its evaluation scores
+    completions with the task's rewards."""
+    if cfg.algorithm.name != AlgorithmName.sft or eval_rules.enabled(cfg):
+        return
+    yield from _inert(
+        cfg,
+        ["task.rewards", "task.reward"],
+        "algorithm=sft trains on the reference answers and only evaluation scores "
+        "completions, and evaluation is off (eval.fraction=0, no eval.path or eval.split)",
+        "no reward is ever called",
+        lambda key, value: fix(
+            eval_rules.TURN_ON, "score held-out completions with it", alt=_drop(key, value)
+        ),
+        ("algorithm", "algorithm.name", *EVAL_SWITCHES, "task", "experiment"),
+    )
+
+
+@validator
+def tracker_settings_without_a_tracker(cfg: DictConfig) -> Iterator[Problem]:
+    """logging.project names the project of a tracker that keeps runs in projects (W&B,
+    MLflow's experiment, Trackio); TensorBoard writes into the run folder and has none."""
+    chosen = chosen_trackers(cfg.logging)
+    if cfg.logging.project is None or any(name != TENSORBOARD for name in chosen):
+        return
+    reports = "TensorBoard only (event files in the run folder)" if chosen else "no tracker"
+    yield from _inert(
+        cfg,
+        ["logging.project"],
+        f"logging.report_to reports to {reports}, which has no projects",
+        "the project name is not used",
+        lambda key, value: fix(
+            {key: None},
+            "no project",
+            alt=fix({"logging.report_to": [*chosen, "wandb"]}, "or mlflow, trackio: a tracker"),
+        ),
+        ("logging.report_to", "logging.tensorboard", "experiment"),
+    )
+
+
+@validator
+def distributed_settings_on_one_rank(cfg: DictConfig) -> Iterator[Problem]:
+    """One process forms no process group: the collectives' backend and time limit are
+    read only when a launcher starts several ranks (torchrun, a SLURM sweep)."""
+    if world_size(cfg) > 1:
+        return
+    keys = ["distributed.backend", "distributed.timeout_s"]
+    yield from _inert(
+        cfg,
+        [
+            k
+            for k in keys
+            if _plain(OmegaConf.select(cfg, k)) != _plain(schema_default(RunConfig, k))
+        ],
+        "the run is one process (no torchrun WORLD_SIZE, no multi-rank launcher, "
+        "distributed.world_size null or 1), which forms no process group",
+        "no collective uses it",
+        lambda key, value: fix(
+            {key: schema_default(RunConfig, key)},
+            "the default, what one process does",
+            alt=fix(note="launch several ranks: torchrun --nproc_per_node=2 -m art_hydra ..."),
+        ),
+        ("distributed.world_size", "hydra/launcher", "experiment"),
     )
 
 
@@ -362,9 +481,10 @@ def dataset_settings_without_a_dataset(cfg: DictConfig) -> Iterator[Problem]:
         return
     yield from _inert(
         cfg,
-        ["task.split", "task.columns"],
-        f"task.source={task.source.name} has no splits or column mapping (only task=dataset)",
-        "the dataset's split and columns are not used",
+        ["task.split", "task.columns", "task.allow_remote_data"],
+        f"task.source={task.source.name} has no splits, column mapping or remote data files "
+        "(only task=dataset)",
+        "the dataset's split, columns and remote files are not used",
         _drop,
         ("task", "task.source", "experiment"),
     )
@@ -461,6 +581,35 @@ def model_settings_the_source_ignores(cfg: DictConfig) -> Iterator[Problem]:
                 "download and no model code. The value does nothing.",
                 _drop(key, value),
             )
+
+
+#: The tiny model's output head (an untied Linear; conf/model/tiny.yaml saves it).
+TINY_HEAD = "lm_head"
+
+
+@validator
+def lora_on_the_tiny_model_with_a_frozen_head(cfg: DictConfig) -> Iterator[Problem]:
+    """The tiny model is built from random weights: LoRA adapters over it learn nothing
+    through a head frozen at its random start (docs/run.md). model=tiny trains the head in
+    full beside the adapters (modules_to_save=[lm_head]); a list without it cannot learn."""
+    model = cfg.model
+    if model.source != ModelSource.tiny or model.finetune != FinetuneMethod.lora:
+        return
+    saved = [str(m) for m in model.lora.modules_to_save]
+    if TINY_HEAD in saved or _crossed("model.lora.modules_to_save", ("model", "experiment")):
+        return
+    yield _warning(
+        "model.lora.modules_to_save",
+        saved,
+        f"leaves the tiny model's head ({TINY_HEAD}) frozen at its random initialisation: "
+        "model.source=tiny builds the model from random weights, and LoRA adapters under a "
+        "random frozen head cannot learn the task (its loss stays near where it starts).",
+        fix(
+            {"model.lora.modules_to_save": [*saved, TINY_HEAD]},
+            "train the head in full beside the adapters",
+            alt=fix({"model.finetune": "full"}),
+        ),
+    )
 
 
 @validator

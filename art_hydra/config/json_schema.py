@@ -104,6 +104,22 @@ def _type_schema(hint: Any) -> dict[str, Any]:
         return {"type": "array", "items": _or_interpolation(_type_schema(item))}
     if origin is dict or hint is dict:
         return {"type": "object"}
+    if dataclasses.is_dataclass(hint):  # an entry of a list (task.rewards): open
+        hints = type_hints(hint)
+        return {
+            "type": "object",
+            "description": " ".join((hint.__doc__ or "").split()),
+            "properties": {
+                f.name: {
+                    **_or_interpolation(_type_schema(hints[f.name])),
+                    "description": help_text,
+                }
+                for f in dataclasses.fields(hint)
+                if (help_text := f.metadata.get("help", ""))
+            },
+            "required": [f.name for f in dataclasses.fields(hint) if f.default is MISSING],
+            "additionalProperties": True,
+        }
     if isinstance(hint, type) and issubclass(hint, Enum):
         return {"type": "string", "enum": [m.name for m in hint]}
     simple = {bool: "boolean", int: "integer", float: "number", str: "string"}

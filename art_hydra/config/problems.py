@@ -86,13 +86,27 @@ class Fix:
     note: str = ""
     #: Another fix that works as well.
     alt: Fix | None = None
-    #: Keys whose own overrides this fix replaces (a misspelt key, a ``+key`` or ``~key``
-    #: that cannot apply): the user's override of each is dropped, not kept beside it.
+    #: Keys whose own overrides this fix replaces (a misspelt key, a ``+key`` that cannot
+    #: apply): the user's override of each is dropped, not kept beside it. A key that
+    #: ``sets`` does not set again (nor a key above it) is deleted, rendered as Hydra's
+    #: ``~key``, so the fix can be pasted after the command line. A drop written ``~key``
+    #: names an override of key that nothing appended can undo (the deletion ``~trainer``,
+    #: a section set to a value): only leaving it out does, so it renders as nothing (the
+    #: note says so).
     drops: tuple[str, ...] = ()
 
     def overrides(self) -> list[str]:
-        """The fix as command-line overrides (empty when it is an instruction)."""
+        """The fix's values as command-line overrides (empty when it is an instruction)."""
         return [f"{key}={override_value(value)}" for key, value in self.sets]
+
+    def deletions(self) -> list[str]:
+        """The keys the fix drops without setting them again, as Hydra's ``~key``."""
+        replaced = [key.lstrip("+~") for key, _ in self.sets]
+        return [
+            f"~{key}"
+            for key in self.drops
+            if key[:1] != "~" and not any(key == r or key.startswith(f"{r}.") for r in replaced)
+        ]
 
     @property
     def has_placeholder(self) -> bool:
@@ -100,7 +114,7 @@ class Fix:
         return any(isinstance(value, Placeholder) for _, value in self.sets)
 
     def render(self) -> str:
-        text = " ".join(self.overrides())
+        text = " ".join([*self.overrides(), *self.deletions()])
         note = self.note
         if self.has_placeholder:
             note = f"{note}; replace <...>" if note else "replace <...>"
@@ -178,11 +192,33 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}{'s' if n != 1 else ''}"
 
 
+def _revealed_lines(revealed: Sequence[tuple[int, Problem]], first: int) -> list[str]:
+    """The errors the fixes reveal, under a line per round saying which fixes reveal them."""
+    lines: list[str] = []
+    index = first
+    for round_number in sorted({r for r, _ in revealed}):
+        found = [p for r, p in revealed if r == round_number]
+        appear = f"{_count(len(found), 'more problem')} appear{'s' if len(found) == 1 else ''}"
+        lines.append(
+            f"Once the fixes above are applied, {appear}:"
+            if round_number == 1
+            else f"Once those fixes are applied too, {appear}:"
+        )
+        lines += [p.render(i) for i, p in enumerate(found, index)]
+        index += len(found)
+    return lines
+
+
 def format_report(
-    problems: Sequence[Problem], header: str | None = None, footer: str | None = NOTHING_STARTED
+    problems: Sequence[Problem],
+    header: str | None = None,
+    footer: str | None = NOTHING_STARTED,
+    revealed: Sequence[tuple[int, Problem]] = (),
 ) -> str:
     """Every problem in one message, errors first, each numbered with its fix (a warning
-    on a key that also has an error is left out: the error says more)."""
+    on a key that also has an error is left out: the error says more). ``revealed``:
+    the errors that appear once the fixes are applied, with the round that shows each
+    (:mod:`art_hydra.config.fix_chain`), listed after the errors."""
     errs = errors(problems)
     failed = {p.key for p in errs}
     warns = [p for p in warnings_of(problems) if p.key not in failed]
@@ -190,6 +226,7 @@ def format_report(
     if errs:
         lines.append(header or f"The configuration cannot run ({_count(len(errs), 'problem')}):")
         lines += [p.render(i) for i, p in enumerate(errs, 1)]
+        lines += _revealed_lines(revealed, len(errs) + 1)
     if warns:
         if errs:
             lines.append(f"Also {_count(len(warns), 'warning')} (the run would work, but check):")
@@ -199,7 +236,7 @@ def format_report(
                 or f"The configuration runs, with {_count(len(warns), 'warning')} "
                 "(strict=true makes warnings fatal):"
             )
-        lines += [p.render(i) for i, p in enumerate(warns, len(errs) + 1)]
+        lines += [p.render(i) for i, p in enumerate(warns, len(errs) + len(revealed) + 1)]
     if errs and footer:
         lines.append(footer)
     return "\n".join(lines)
@@ -217,6 +254,10 @@ class ConfigValidationError(CompactHydraException):
         problems: Sequence[Problem],
         header: str | None = None,
         footer: str | None = NOTHING_STARTED,
+        revealed: Sequence[tuple[int, Problem]] = (),
     ) -> None:
         self.problems: list[Problem] = list(problems)
-        super().__init__(format_report(self.problems, header, footer))
+        #: The errors the report's fixes reveal, with their round (not in ``problems``:
+        #: the config as given does not have them).
+        self.revealed: list[tuple[int, Problem]] = list(revealed)
+        super().__init__(format_report(self.problems, header, footer, self.revealed))

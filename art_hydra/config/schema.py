@@ -123,6 +123,11 @@ class ModelSource(Enum):
     tiny = "tiny"
 
 
+#: The sequence room ``model.max_seq_length=null`` derives (at least this, or the token
+#: budgets where they need more), cut to the model's own positions: a pretrained model
+#: gets a length it holds without the user naming one.
+DERIVED_SEQUENCE_ROOM = 2048
+
 #: Longest wait ``threading`` accepts (seconds); a larger timeout crashes the wait itself.
 WAIT_MAX_S = float(threading.TIMEOUT_MAX)
 
@@ -202,8 +207,15 @@ class ModelConfig:
             "locally."
         ),
     )
-    max_seq_length: int = setting(
-        1024, ge=1, help="Longest sequence (prompt plus completion) the model will see."
+    max_seq_length: int | None = setting(
+        None,
+        ge=1,
+        help=(
+            "Longest sequence (prompt plus completion) the model will see. null: derived "
+            f"from the model: the token budgets' room (at least {DERIVED_SEQUENCE_ROOM}), cut "
+            "to the positions its config.json holds (max_position_embeddings). A value set "
+            "here must fit those positions."
+        ),
     )
     dtype: DType = setting(
         DType.auto,
@@ -629,9 +641,11 @@ class TaskColumns:
 
 @dataclass
 class RewardEntry:
-    """One reward of ``task.rewards``: a function, its weight in the total, its name in
-    the metrics. Its limits are checked by the rewards validator (the bound walker does
-    not walk into lists)."""
+    """One reward of ``task.rewards``: a function or a class, its weight in the total, its
+    name in the metrics. An entry may carry other keys: the keyword arguments a reward
+    class is instantiated with (the pre-flight refuses them for a function, and any its
+    constructor does not take). Its limits are checked by the rewards validator (the bound
+    walker does not walk into lists)."""
 
     _target_: str = setting(
         MISSING,
@@ -700,12 +714,14 @@ class TaskConfig:
     reward: RewardConfig = section(
         RewardConfig, help="Reward function (shorthand for one reward; see task.rewards)."
     )
-    rewards: list[RewardEntry] = setting(
+    rewards: list[Any] = setting(
         factory=list,
         legacy=[],
+        entries=RewardEntry,
         help=(
             "Rewards as [{_target_: mod.f, weight: 1.0, name: f}, ...]: the total is the "
-            "weighted sum of those that apply; not empty, it replaces task.reward."
+            "weighted sum of those that apply; not empty, it replaces task.reward. An "
+            "entry's other keys are the constructor's arguments of a reward class."
         ),
     )
     allowed_modules: list[str] = setting(

@@ -22,7 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from art_hydra.config.bounds import canonical, schema_default, type_hints
+from art_hydra.config.bounds import canonical, entry_class, schema_default, type_hints
 from art_hydra.config.fields import help_of
 from art_hydra.config.hydra_compat import raw_value
 from art_hydra.config.problems import Kind, Problem, fix, override_value, placeholder
@@ -88,12 +88,52 @@ def _fill(
             problems.append(type_problem(path, value, kind, _type_name(kind)))
 
 
+def _type_entries(node: ListConfig, cls: type, path: str, problems: list[Problem]) -> None:
+    """Each entry of an open-mapping list (``task.rewards``) as a typed ``cls`` node: its
+    fields' defaults and types, its other keys kept as written (a reward class's
+    constructor arguments) and left open, so a config file may carry them too. A field of
+    the wrong type is reported and keeps its default."""
+    hints = type_hints(cls)
+    first = dataclasses.fields(cls)[0].name
+    for i in range(len(node)):
+        item, where = node[i], f"{path}.{i}"
+        if not isinstance(item, DictConfig):
+            shape = "{" + ", ".join(f"{k}: ..." for k in hints) + "}"
+            wanted = [
+                OmegaConf.to_container(e) if isinstance(e, DictConfig) else {first: e} for e in node
+            ]
+            problems.append(
+                Problem(
+                    where,
+                    override_value(item),
+                    f"is {type(item).__name__}: each entry of {path} is a mapping {shape}.",
+                    fix({path: wanted}),
+                    Kind.type,
+                )
+            )
+            # The rules read the entry as the fix writes it (the config only serves the
+            # report now).
+            item = OmegaConf.create({first: str(item)})
+        typed = OmegaConf.structured(cls)
+        OmegaConf.set_struct(typed, False)
+        for key in item:
+            try:
+                typed[key] = item[key]
+            except OmegaConfBaseException:
+                kind = hints.get(str(key), Any)
+                problems.append(type_problem(f"{where}.{key}", item[key], kind, _type_name(kind)))
+        for key in typed:
+            if OmegaConf.is_missing(typed, key):
+                problems.append(_missing_problem(f"{where}.{key}"))
+        node[i] = typed
+
+
 def _deleted_problem(path: str) -> Problem:
     return Problem(
         path,
         "(deleted)",
         "is part of the schema and cannot be removed: the run reads it.",
-        fix(note=f"drop the '~{path}' override", drops=(path,)),
+        fix(note=f"drop the '~{path}' override", drops=(f"~{path}",)),
         Kind.deleted,
     )
 
@@ -124,6 +164,8 @@ def _resolve_typed(
             _resolve_typed(child, kind, f"{path}.", problems, composed)
         elif isinstance(child, (DictConfig, ListConfig)):
             _resolve_container(child, path, problems)
+            if isinstance(child, ListConfig) and (entry := entry_class(cls, key)) is not None:
+                _type_entries(child, entry, path, problems)
         bound = fields[key].metadata.get("bound")
         if bound is not None and bound.aliases:
             node[key] = canonical(bound, node[key])
@@ -242,7 +284,7 @@ def type_problem(path: str, value: Any, kind: Any, expected: str) -> Problem:
             fix(
                 note=f"drop {path}={override_value(value)}; set its keys one by one "
                 f"({path}.<key>=...)",
-                drops=(path,),
+                drops=(f"~{path}",),  # no override appended undoes it: it is left out
             ),
             Kind.type,
         )
@@ -292,7 +334,7 @@ def unknown_key_problem(path: str, value: Any, parent_type: Any) -> Problem:
         suggestion = fix({target: value}, drops=(path,))
     else:
         hint = f" Known keys: {', '.join(names)}."
-        suggestion = fix(note=f"remove '{path}'", drops=(path,))
+        suggestion = fix(drops=(path,))  # renders as ~path
     return Problem(
         path,
         value,

@@ -4,8 +4,10 @@ A config value that names a function is code the run will execute, and a config 
 may come from elsewhere (a shared experiment, a colleague's ``--config-dir``). So a
 target is eligible only when it is
 
-* a function carrying the marker of its role (``@reward`` / ``@generator``, from
-  :mod:`art_hydra.tasks.markers`, also ``from art_hydra import reward, generator``), or
+* a function (or, for a reward, a class whose instances are callable: it is instantiated
+  with its entry's other keys, see :mod:`art_hydra.tasks.base`) carrying the marker of
+  its role (``@reward`` / ``@generator``, from :mod:`art_hydra.tasks.markers`, also
+  ``from art_hydra import reward, generator``), or
 * named by the user's own hand: the target itself set on the command line (or by the
   Python caller), or a function of a module listed in ``task.allowed_modules`` given on
   the command line (a config file cannot widen what may run: see
@@ -180,8 +182,9 @@ def refused_module(module: str) -> bool:
 
 
 def marker_in_source(path: str, role: str) -> bool | None:
-    """Whether the source of ``path``'s module decorates the top-level ``def`` of its
-    function with ``@<role>`` (``@reward(...)``, ``@art_hydra.reward``, ...), read
+    """Whether the source of ``path``'s module decorates the top-level ``def`` (or
+    ``class``: a reward may be a class whose instances are called) of its function with
+    ``@<role>`` (``@reward(...)``, ``@art_hydra.reward``, ...), read
     without executing anything; None when the source or the ``def`` cannot be found
     statically (a re-export, an extension module, a finder with no file)."""
     module, _, name = path.rpartition(".")
@@ -195,7 +198,8 @@ def marker_in_source(path: str, role: str) -> bool | None:
     defs = [
         node
         for node in tree.body
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and node.name == name
     ]
     if not defs:
         return None
@@ -261,7 +265,8 @@ def not_marked(path: str, key: str) -> str:
     if module_origin(module) is None:
         return f"names '{path}': {not_found(module, key)}"
     return (
-        f"names '{path}', which is not marked as a {role} (a def decorated @{role} in its "
+        f"names '{path}', which is not marked as a {role} (a def{' or class' * (role == 'reward')} "
+        f"decorated @{role} in its "
         "module's source, read without running it), and a config file may name only "
         f"functions written as one. If it is yours, mark it (from art_hydra import {role}; "
         f"@{role}{'(needs_answer=...)' if role == 'reward' else ''} above its def); or, if you "
@@ -302,11 +307,25 @@ def resolve(path: str, key: str, *, by_hand: bool = True, hand_modules: Iterable
     obj = getattr(module, attr, None)
     if obj is None:
         raise TargetError(f"module '{module_name}' has no attribute '{attr}'.")
-    if not inspect.isfunction(obj):
+    if inspect.isclass(obj) and role == "reward":
+        if not callable_instances(obj):
+            raise TargetError(
+                f"is the class '{obj.__qualname__}', whose instances cannot be called: a "
+                "reward class defines __call__(self, prompt, completion, answer) (per sample) "
+                "or __call__(self, prompts, completions, **kwargs) (batched, as TRL)."
+            )
+    elif not inspect.isfunction(obj):
+        also = " or a class whose instances are callable" if role == "reward" else ""
         raise TargetError(
-            f"is a {type(obj).__name__}, not a plain Python function defined in your code."
+            f"is a {type(obj).__name__}, not a plain Python function{also} defined in your code."
         )
     return _eligible(obj, path, key, trusted, (module_name, *hand_modules))
+
+
+def callable_instances(cls: type) -> bool:
+    """Whether instances of ``cls`` can be called: a class of its own (not ``object``)
+    defines ``__call__`` (every class is callable itself, through ``type.__call__``)."""
+    return any("__call__" in vars(k) for k in cls.__mro__ if k is not object)
 
 
 def _eligible(fn: Any, path: str, key: str, trusted: bool, modules: tuple[str, ...]) -> Any:

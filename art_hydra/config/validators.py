@@ -35,6 +35,7 @@ from art_hydra.config.objective import (
 )
 from art_hydra.config.problems import Fix, Kind, Problem, Severity, fix, placeholder
 from art_hydra.config.schema import (
+    DERIVED_SEQUENCE_ROOM,
     AlgorithmName,
     Device,
     DistBackend,
@@ -116,9 +117,32 @@ def rl_groups_fill_the_batch(cfg: DictConfig) -> Iterator[Problem]:
     )
 
 
+def budget_room(cfg: Any) -> int:
+    """The tokens one sequence of the run's budgets needs: RL's prompt plus completion,
+    SFT's longest example."""
+    if _is_rl(cfg):
+        return int(cfg.rl.max_prompt_length) + int(cfg.rl.max_completion_length)
+    return int(cfg.sft.max_length)
+
+
+def derived_max_seq_length(cfg: Any, positions: int | None) -> int:
+    """``model.max_seq_length`` as the run uses it: the value set (by the user or a
+    preset), or for ``null`` the budgets' room (at least :data:`DERIVED_SEQUENCE_ROOM`)
+    cut to the model's ``positions`` (None: not known). The world pre-flight and the run
+    both derive it here (the run from the folder's or the cached config.json, before the
+    model loads), so the checked value is the value trained with."""
+    value = cfg.model.max_seq_length
+    if value is not None:
+        return int(value)
+    room = max(DERIVED_SEQUENCE_ROOM, budget_room(cfg))
+    return room if positions is None else min(room, positions)
+
+
 @validator
 def sequences_fit_the_model(cfg: DictConfig) -> Iterator[Problem]:
     limit = cfg.model.max_seq_length
+    if limit is None:
+        return  # derived from the model: its positions are checked with the folder
     if _is_rl(cfg):
         prompt, completion = cfg.rl.max_prompt_length, cfg.rl.max_completion_length
         if prompt + completion <= limit:
@@ -460,7 +484,8 @@ def budget_fix(cfg: DictConfig, key: str, size: int) -> Fix:
         total = size + int(cfg.rl[other.partition(".")[2]])
     else:
         total = size
-    if total > cfg.model.max_seq_length:
+    limit = cfg.model.max_seq_length
+    if limit is not None and total > limit:  # null follows the budgets by itself
         sets["model.max_seq_length"] = total
     return fix(sets)
 

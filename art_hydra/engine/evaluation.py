@@ -90,8 +90,15 @@ class Evaluator:
             limit, key = cfg.sft.max_length, "sft.max_length"
         else:
             limit, key = cfg.rl.max_prompt_length, "rl.max_prompt_length"
+        source = (
+            f"eval.path={self.ev.path}"
+            if self.ev.path is not None
+            else "eval.split"
+            if self.ev.split is not None
+            else "the held-out prompts"
+        )
         self.prompt_ids = (
-            encode_checked(tok, self.local, limit, f"{key} (evaluation prompts)")
+            encode_checked(tok, self.local, limit, key, f"evaluation prompt(s) of {source}")
             if self.local
             else []
         )

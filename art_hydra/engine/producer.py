@@ -8,7 +8,6 @@ step. The run puts them on the queue and waits for the step's result.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import random
 from dataclasses import dataclass
@@ -127,20 +126,20 @@ def stop_token_ids(loaded: Any) -> tuple[int, ...]:
 
 
 def encode_checked(
-    tokenizer: Any, examples: list[Example], limit: int, key: str
+    tokenizer: Any, examples: list[Example], limit: int, key: str, what: str = "prompt(s)"
 ) -> list[list[int]]:
     """Every prompt's ids, refusing prompts longer than ``limit`` up front.
 
     Cutting a templated prompt would drop its beginning (the system header, the first
     operand) and train on a different question without a word, so it is an error that
-    names the setting to raise.
+    names the setting to raise; ``what`` says whose prompts (evaluation's, of eval.path).
     """
     encoded = encode_prompts(tokenizer, examples)
     longest = max(len(ids) for ids in encoded)
     if longest > limit:
         count = sum(len(ids) > limit for ids in encoded)
         raise TaskDataError(
-            f"{count} prompt(s) are longer than {key}={limit} tokens (the longest has "
+            f"{count} {what} are longer than {key}={limit} tokens (the longest has "
             f"{longest}, chat template included); set {key}={longest} (and model.max_seq_length "
             "to fit) or shorten the prompts"
         )
@@ -273,6 +272,9 @@ class RLProducer:
         self.rank, self.ranks = (world.rank, world.size) if world is not None else (0, 1)
         self.rl = rl_cfg
         self.timeouts = cfg.timeouts
+        #: Completions no reward applied to are warned about once (the pre-flight said so
+        #: already when it saw it on the first rows).
+        self.none_warned = False
         self.log_completions = producer_cfg.log_completions
         self.share_prompts = producer_cfg.share_prompts
         self.groups = cfg.trainer.per_device_train_batch_size // rl_cfg.num_generations
@@ -306,7 +308,7 @@ class RLProducer:
         #: trains (refreshed from the policy after every optimizer step).
         self.sampler: Any = None
         if rl_cfg.overlap_rollouts:
-            self.sampler = copy.deepcopy(loaded.model).eval().requires_grad_(False)
+            self.sampler = loaded.frozen_copy()
 
     def needs_rollouts(self) -> bool:
         """Whether the next input needs a new generation batch."""
@@ -423,10 +425,11 @@ class RLProducer:
             completions,
             global_step=(self.generations - 1) * self.rl.steps_per_generation,
         )
-        if scores.none_all:
+        if scores.none_all and not self.none_warned:
+            self.none_warned = True
             log.warning(
                 "%d of %d completions had no reward that applies (every reward returned None): "
-                "their total is 0, as in TRL.",
+                "their total is 0, as in TRL. Said once; later batches are not warned about.",
                 scores.none_all,
                 len(scores.totals),
             )

@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 
 from art_hydra.config import run_files
 from art_hydra.config.objective import NOT_IN_SFT
-from art_hydra.config.schema import AlgorithmName, RunConfig
+from art_hydra.config.schema import AlgorithmName, ModelSource, RunConfig
 from art_hydra.config.secrets import redacted_overrides
 from art_hydra.config.typed import typed_config
 from art_hydra.engine.result import (
@@ -81,8 +81,12 @@ def build_run_parts(
     charset = task.charset() if not held else replace(task, examples=task.examples + held).charset()
     task = replace(task, examples=train)
     run = run if run is not None else typed_config(config)
+    derived = run.model.max_seq_length is None
+    settle_max_seq_length(run)
     if loaded is None:
         loaded = load_model(run.model, run.backend, run.seed, charset=charset)
+    if derived:  # a hub id downloaded at load: its positions are known only now
+        settle_max_seq_length(run, getattr(loaded.model, "config", None))
     if run.algorithm.name == AlgorithmName.sft:
         trainer = Trainer(loaded, run.trainer, TrainingLoss.for_sft(), world)
         return RunParts(trainer, SFTProducer(loaded, task, run, world), held, task.rewards)
@@ -91,6 +95,27 @@ def build_run_parts(
     trainer = Trainer(loaded, run.trainer, TrainingLoss.for_rl(run.rl, sampling), world)
     producer = RLProducer(loaded, task, run, sampling, world)
     return RunParts(trainer, producer, held, task.rewards)
+
+
+def settle_max_seq_length(run: RunConfig, loaded_config: Any = None) -> None:
+    """``model.max_seq_length=null`` made the value the run uses, before anything reads
+    it: :func:`~art_hydra.config.validators.derived_max_seq_length` over the positions of
+    the folder's (or the cached hub snapshot's) config.json, as the world pre-flight
+    derived it; ``loaded_config``, a loaded model's config, can only cut it further (a
+    hub id that was not cached when the run began)."""
+    from art_hydra import model_files
+    from art_hydra.config.validators import derived_max_seq_length
+
+    model = run.model
+    if model.max_seq_length is None:
+        positions = None
+        if model.source == ModelSource.pretrained:
+            positions = model_files.model_positions(str(model.name), model.revision)
+        model.max_seq_length = derived_max_seq_length(run, positions)
+    elif loaded_config is not None and hasattr(loaded_config, "to_dict"):
+        found = model_files.position_limit(loaded_config.to_dict())
+        if found is not None and found[1] < model.max_seq_length:
+            model.max_seq_length = found[1]
 
 
 def build_trainer_and_producer(

@@ -12,8 +12,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from art_hydra.config.problems import Problem, fix, placeholder
+from art_hydra.config.problems import Fix, Problem, fix, placeholder
 from art_hydra.config.targets import ROLE_OF_KEY, NotMarkedError, TargetError
+from art_hydra.errors import raised
 from art_hydra.preflight.common import world_problem
 from art_hydra.tasks.base import resolve_task_code
 from art_hydra.tasks.examples import TaskDataError
@@ -110,3 +111,61 @@ def generator_problems(cfg: DictConfig) -> list[Problem]:
         {"rng": random.Random(0), "num_examples": 1, **params},
         f"generator(rng=..., num_examples=...{names}) (task.params)",
     )
+
+
+#: Plain values a fix can set back on the command line.
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def failure_problem(cfg: DictConfig, generator: Any, exc: BaseException) -> Problem:
+    """The generator raised ``exc`` on ``task.params``: blamed on the params the user
+    changed from the generator's own defaults when, with those defaults back, it runs
+    (tried here, with the same seed and count); else on the generator itself."""
+    params = dict(cfg.task.params)
+    try:
+        signature = inspect.signature(generator)
+    except (TypeError, ValueError):
+        signature = None
+    defaults = {
+        name: p.default
+        for name, p in (signature.parameters.items() if signature is not None else ())
+        if p.default is not inspect.Parameter.empty
+    }
+    changed = [k for k, v in params.items() if k in defaults and v != defaults[k]]
+    if changed:
+        kept = {k: v for k, v in params.items() if k not in changed}
+        try:
+            for _ in generator(
+                rng=random.Random(cfg.seed), num_examples=cfg.task.num_examples, **kept
+            ):
+                pass
+        except Exception:
+            changed = []  # it fails with its defaults too: the params are not the cause
+    if not changed:
+        given = ", ".join(f"{k}={v!r}" for k, v in params.items())
+        return world_problem(
+            "task.generator",
+            cfg.task.generator,
+            f"raised {raised(exc)}"
+            + (f" (called with its defaults besides task.params: {given})" if given else ""),
+            fix(note="fix the generator"),
+        )
+    shown = ", ".join(f"task.params.{k}={params[k]!r}" for k in changed)
+    back = ", ".join(f"{k}={defaults[k]!r}" for k in changed)
+    return world_problem(
+        f"task.params.{changed[0]}",
+        params[changed[0]],
+        f"makes the generator {cfg.task.generator} raise {raised(exc)}; with its default "
+        f"{back} instead of {shown} it runs, so the value is the cause.",
+        _defaults_fix(changed, defaults),
+    )
+
+
+def _defaults_fix(changed: list[str], defaults: dict[str, Any]) -> Fix:
+    """The generator's own defaults back: set on the command line when they are plain
+    values, else the user's overrides dropped."""
+    keys = tuple(f"task.params.{k}" for k in changed)
+    drop = fix(note="keeps the generator's defaults", drops=keys)
+    if all(isinstance(defaults[k], _PLAIN) for k in changed):
+        return fix({f"task.params.{k}": defaults[k] for k in changed}, alt=drop)
+    return drop

@@ -269,16 +269,21 @@ def tokenizer_key(cfg: DictConfig) -> tuple:
 
 
 def length_problems(
-    cfg: DictConfig, lengths: Lengths | None, data_key: str, data_value: Any
+    cfg: DictConfig,
+    lengths: Lengths | None,
+    data_key: str,
+    data_value: Any,
+    use: str = "trained on",
 ) -> list[Problem]:
     """The longest prompt, answer or SFT row against its budget, and the data problems
-    the pass found; ``data_key``/``data_value`` name the data (``task.path``)."""
+    the pass found; ``data_key``/``data_value`` name the data (``task.path``), ``use``
+    what the run does with it (evaluation's data is "evaluated on")."""
     if lengths is None:
         return []
     if lengths.overrun:  # the counts stop at that row: only the template is reported
         return [_overrun_problem(cfg, lengths)]
     return [
-        *_budget_problems(cfg, lengths),
+        *_budget_problems(cfg, lengths, use),
         *_data_problems(lengths, data_key, data_value),
     ]
 
@@ -299,7 +304,7 @@ def _overrun_problem(cfg: DictConfig, lengths: Lengths) -> Problem:
     )
 
 
-def _budget_problems(cfg: DictConfig, lengths: Lengths) -> list[Problem]:
+def _budget_problems(cfg: DictConfig, lengths: Lengths, use: str) -> list[Problem]:
     what = lengths.counter.name
     if cfg.algorithm.name == AlgorithmName.rl:
         templated = "template included" if isinstance(lengths.counter, FolderCounter) else ""
@@ -318,7 +323,7 @@ def _budget_problems(cfg: DictConfig, lengths: Lengths) -> list[Problem]:
         consequence = (
             "the model could never produce the whole answer, so the reward caps below its best."
             if key == "rl.max_completion_length"
-            else "it cannot be trained on without cutting it."
+            else f"it cannot be {use} without cutting it."
         )
         problems.append(
             world_problem(
@@ -349,9 +354,9 @@ def _ceiling(cfg: DictConfig, key: str) -> tuple[int, str]:
         for limit, less in ((getattr(bound, "le", None), 0), (getattr(bound, "lt", None), 1)):
             if limit is not None:
                 found.append((int(limit) - less, f"{name} is at most {int(limit) - less}"))
-    positions = _positions(cfg)
-    if positions is not None:
-        found.append((positions, f"the model has {positions} positions"))
+    limit = positions(cfg)
+    if limit is not None:
+        found.append((limit, f"the model has {limit} positions"))
     return min(found)
 
 
@@ -369,20 +374,15 @@ def _budget_remedy(cfg: DictConfig, key: str, size: int) -> Any:
     return fix(sets)
 
 
-def _positions(cfg: DictConfig) -> int | None:
-    """The model folder's position limit (None: the tiny model, or not readable)."""
+def positions(cfg: DictConfig) -> int | None:
+    """The model folder's position limit (None: the tiny model, which is built to the
+    run's room, or a folder not here or not readable)."""
     if cfg.model.source == ModelSource.tiny:
         return None
     from art_hydra import model_files
     from art_hydra.preflight.common import model_folder
 
-    folder = model_folder(cfg.model)
-    try:
-        config = model_files.read_json_file(folder / "config.json") if folder else None
-    except model_files.FolderError:
-        return None
-    found = model_files.position_limit(config) if isinstance(config, dict) else None
-    return found[1] if found else None
+    return model_files.folder_positions(model_folder(cfg.model))
 
 
 def _data_problems(lengths: Lengths, key: str, value: Any) -> list[Problem]:

@@ -198,12 +198,18 @@ def sampling_problems(cfg: DictConfig, config: dict[str, Any], name: str) -> lis
 
 def _position_problems(cfg: DictConfig, config: dict[str, Any], name: str) -> list[Problem]:
     """``model.max_seq_length`` within the model's positions: a longer sequence indexes
-    past the position table (an IndexError mid-run) or runs on untrained positions."""
+    past the position table (an IndexError mid-run) or runs on untrained positions. Left
+    null, the length is derived within the positions, and what is held against them is
+    what the run will really feed the model: the data's sequences."""
     found = model_files.position_limit(config)
-    limit = cfg.model.max_seq_length
-    if found is None or limit <= found[1]:
+    if found is None:
         return []
     key, positions = found
+    limit = cfg.model.max_seq_length
+    if limit is None:
+        return _derived_problems(cfg, key, positions, name)
+    if limit <= positions:
+        return []
     sets: dict[str, int] = {"model.max_seq_length": positions}
     if cfg.algorithm.name == AlgorithmName.rl:
         prompt, completion = cfg.rl.max_prompt_length, cfg.rl.max_completion_length
@@ -239,9 +245,72 @@ def _position_problems(cfg: DictConfig, config: dict[str, Any], name: str) -> li
     ]
 
 
-def _longest_prompt(cfg: DictConfig) -> int | None:
-    """The data's longest prompt in the model's tokens, chat template included (None: not
-    measurable before loading, or the data cannot be read: the task check says why)."""
+def _derived_problems(cfg: DictConfig, key: str, positions: int, name: str) -> list[Problem]:
+    """``model.max_seq_length=null`` (derived: at most the model's positions): the
+    sequences the data makes must fit those positions. Measured data decides (a budget
+    the data never fills costs nothing); unmeasured, budgets past the positions are a
+    warning, since the rows may or may not reach them."""
+    where = f"the {positions} positions of {name} (config.json {key}={positions})"
+    measured = _measured(cfg)
+    if cfg.algorithm.name == AlgorithmName.rl:
+        completion = cfg.rl.max_completion_length
+        prompt = measured.prompt.size if measured is not None else cfg.rl.max_prompt_length
+        if prompt + completion <= positions:
+            return []
+        what = (
+            f"the data's longest prompt ({measured.prompt.where}) takes {prompt} tokens"
+            if measured is not None
+            else f"rl.max_prompt_length={prompt}"
+        )
+        remedy = (
+            fix({"rl.max_completion_length": positions - prompt}, "completions that fit")
+            if prompt < positions
+            else fix(note="shorten or drop the longest prompts, or use a model with more positions")
+        )
+        return [
+            world_problem(
+                "rl.max_completion_length",
+                completion,
+                f"does not fit {where}: {what}, and with {completion} completion tokens a "
+                "rollout would index past the position table (a crash mid-run) or run on "
+                "untrained positions.",
+                remedy,
+                warning=measured is None,
+            )
+        ]
+    if measured is not None:
+        if measured.example.size <= positions:
+            return []
+        return [
+            world_problem(
+                "sft.max_length",
+                cfg.sft.max_length,
+                f"admits the data's longest example ({measured.example.where}), "
+                f"{measured.example.size} tokens, which is longer than {where}: it cannot be "
+                "trained on without cutting it.",
+                fix(
+                    note="shorten or drop the longest examples, or use a model with more positions"
+                ),
+            )
+        ]
+    if cfg.sft.max_length <= positions:
+        return []
+    return [
+        world_problem(
+            "sft.max_length",
+            cfg.sft.max_length,
+            f"is longer than {where}, and the examples cannot be measured before the "
+            "tokenizer loads: one longer than the positions would stop the run.",
+            fix({"sft.max_length": positions}),
+            warning=True,
+        )
+    ]
+
+
+def _measured(cfg: DictConfig) -> Any:
+    """The task data measured in the model's tokens, chat template included
+    (:class:`~art_hydra.preflight.lengths.Lengths`; None: not measurable before loading,
+    or the data cannot be read: the task check says why)."""
     from art_hydra.preflight import lengths
     from art_hydra.tasks.base import iter_examples
     from art_hydra.tasks.jsonl import Scan
@@ -250,7 +319,15 @@ def _longest_prompt(cfg: DictConfig) -> int | None:
         measured = lengths.measure(cfg, iter_examples(cfg, Scan()))
     except Exception:  # the task check reports what is wrong with the data or its code
         return None
-    return measured.prompt.size if measured is not None and measured.prompt.size else None
+    if measured is None or measured.overrun or not measured.prompt.size:
+        return None
+    return measured
+
+
+def _longest_prompt(cfg: DictConfig) -> int | None:
+    """The data's longest prompt in the model's tokens (None: not measured)."""
+    measured = _measured(cfg)
+    return measured.prompt.size if measured is not None else None
 
 
 def _weight_problems(config: dict[str, Any], folder: Path, name: str) -> list[Problem]:

@@ -6,23 +6,28 @@ folder, ``resume=auto``), since a resume refused is a run the user wants to fini
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from art_hydra.config import fields, secrets
 from art_hydra.config.problems import Problem, fix, placeholder
+from art_hydra.config.run_files import HYDRA_RECORD
+from art_hydra.config.yaml_guard import YamlRefused, load_bounded
 from art_hydra.preflight.common import world_problem
 from art_hydra.runs import run_folder, run_identity
 
 
-def _resume_fix(key: str, old: Any) -> Any:
+def _resume_fix(key: str, old: Any, saved: dict[str, Any] | None = None) -> Any:
     if key == "distributed.world_size" and isinstance(old, int):
         # The ranks come from the launch: each resumes its own sampler state.
         launch = f"torchrun --nproc_per_node={old} -m art_hydra ..." if old > 1 else "no torchrun"
         return fix(note=f"resume with {old} rank(s), as the run was launched: {launch}")
-    return fix({key: old}) if old is not None else fix(note=f"remove {key}")
+    if old is None and saved is not None and _saved_value(saved, key) is _ABSENT:
+        return fix(drops=(key,))  # the run had no such key (an open mapping's): ~key
+    return fix({key: old})
 
 
 #: How a run folder is chosen, for a fix that names a fresh one (a sweep job's fixes
@@ -138,18 +143,107 @@ def resume_problems(
         return [*notes, world_problem("resume", value, unreadable, new_folder_fix())]
     if saved is None:
         return notes
-    return notes + [
+    differ = [
+        (key, old, new)
+        for key, old, new in run_folder.differences(saved, secrets.for_comparison(cfg))
+        if not run_folder.may_change(key)
+    ]
+    by_group, differ = _group_differences(differ, _chosen_groups(run_dir), saved)
+    may = ", ".join(fields.may_change_keys())
+    per_key = [
         world_problem(
             key,
             new,
             f"differs from the run's saved config ({run_folder.RUN_CONFIG}: {old!r}); a resume "
-            "continues the same run, and the checkpoint was written under the saved value. Only "
-            f"{', '.join(fields.may_change_keys())} may change.",
-            _resume_fix(key, old),
+            "continues the same run, and the checkpoint was written under the saved value. "
+            f"Only {may} may change.",
+            _resume_fix(key, old, saved),
         )
-        for key, old, new in run_folder.differences(saved, secrets.for_comparison(cfg))
-        if not run_folder.may_change(key)
+        for key, old, new in differ
     ]
+    return notes + by_group + per_key
+
+
+#: A group option's name as a recorded override may give it (``task=dataset``); any other
+#: text in the run's record is not offered as a fix.
+_OPTION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+#: The most overrides read from a run's record (its own command line).
+_MAX_RECORDED = 500
+
+
+def _chosen_groups(run_dir: Path) -> dict[str, tuple[str, list[str]]]:
+    """``group -> (the option the run chose by hand, the keys under the group its command
+    line set)``, read from Hydra's record of the run (``.hydra/overrides.yaml``) as data:
+    bounded, only plain option names, nothing if it cannot be read."""
+    path = run_dir / HYDRA_RECORD / "overrides.yaml"
+    if not path.is_file():
+        return {}
+    try:
+        recorded = OmegaConf.to_container(load_bounded(path), resolve=False)
+    except (YamlRefused, ValueError):
+        return {}
+    if not isinstance(recorded, list):
+        return {}
+    texts = [t for t in recorded[:_MAX_RECORDED] if isinstance(t, str) and "=" in t]
+    keys = [text.partition("=")[0].lstrip("+~") for text in texts]
+    chosen = {
+        key: text.partition("=")[2]
+        for key, text in zip(keys, texts, strict=True)
+        if "." not in key and "/" not in key and _OPTION.match(text.partition("=")[2])
+    }
+    return {
+        group: (option, [k for k in keys if k.startswith(f"{group}.")])
+        for group, option in chosen.items()
+    }
+
+
+def _saved_value(saved: dict[str, Any], key: str) -> Any:
+    node: Any = saved
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _ABSENT
+        node = node[part]
+    return _ABSENT if isinstance(node, (dict, list)) and not node else node
+
+
+_ABSENT = object()
+
+
+def _group_differences(
+    differ: list[tuple[str, Any, Any]],
+    chosen: dict[str, tuple[str, list[str]]],
+    saved: dict[str, Any],
+) -> tuple[list[Problem], list[tuple[str, Any, Any]]]:
+    """The differences under a group the run chose by hand (``task=dataset``), each
+    group's as one problem whose fix is the run's own choice and the values its command
+    line set under it (``task=dataset task.path=...``): a resume that forgot the group
+    differs in every key the option sets, and ``remove task.generator`` cannot be pasted.
+    Returns those problems and the differences left (per key)."""
+    problems: list[Problem] = []
+    left = list(differ)
+    for group, (option, set_keys) in chosen.items():
+        mine = [d for d in left if d[0].startswith(f"{group}.")]
+        if not mine:
+            continue
+        sets: dict[str, Any] = {group: option}
+        for key in set_keys:
+            value = _saved_value(saved, key)
+            if value is not _ABSENT and not isinstance(value, (dict, list)):
+                sets[key] = value
+        names = ", ".join(key for key, _, _ in mine[:6]) + (", ..." if len(mine) > 6 else "")
+        problems.append(
+            world_problem(
+                group,
+                group,
+                f"the run was started with {group}={option} (its {HYDRA_RECORD}/overrides.yaml), "
+                f"and this config's {group} differs from the run's saved config "
+                f"({run_folder.RUN_CONFIG}) in {len(mine)} key(s): {names}. A resume continues "
+                "the same run, under the settings its checkpoint was written with.",
+                fix(sets),
+            )
+        )
+        left = [d for d in left if d not in mine]
+    return problems, left
 
 
 def _fewer_steps_problems(cfg: DictConfig, run_dir: Path, intact: Path | None) -> list[Problem]:

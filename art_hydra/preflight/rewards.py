@@ -4,8 +4,10 @@ can be called as art_hydra will call it, and scores a few real rows.
 Every reward of ``task.rewards`` (or the one ``task.reward``) is
 
 1. resolved like the run resolves it (:func:`art_hydra.tasks.base.resolve_task_code`: a
-   config file may name only a marked function), each problem under its own key
-   (``task.rewards.1._target_``);
+   config file may name only a marked function or class), each problem under its own key
+   (``task.rewards.1._target_``); a class is instantiated with the entry's other keys
+   (:func:`art_hydra.tasks.base.reward_object`), a constructor that raises named with its
+   file and line;
 2. read for how it is called (:func:`art_hydra.tasks.reward_set.calling`): an ``async
    def`` or a generator function is refused, as is a signature that is neither a
    per-sample nor a batched reward;
@@ -26,13 +28,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from art_hydra.config.problems import Problem, fix
 from art_hydra.config.targets import NotMarkedError, TargetError, key_role
 from art_hydra.errors import RewardError
 from art_hydra.preflight.common import world_problem
-from art_hydra.tasks.base import resolve_task_code
+from art_hydra.tasks.base import RewardArgsError, resolve_task_code, reward_object
 from art_hydra.tasks.examples import Example, TaskDataError
 from art_hydra.tasks.reward_set import Calling, RewardSpec, calling, reward_specs
 from art_hydra.tasks.scoring import BoundReward, score_rewards
@@ -64,9 +66,14 @@ def resolve_rewards(cfg: DictConfig) -> tuple[list[Resolved], list[Problem]]:
         item = Resolved(spec)
         found.append(item)
         try:
-            item.fn = resolve_task_code(cfg.task, spec.key)
+            found_object = resolve_task_code(cfg.task, spec.key)
         except TaskDataError as exc:
             problems.append(_target_problem(spec, exc))
+            continue
+        try:
+            item.fn = reward_object(found_object, spec)
+        except RewardArgsError as exc:
+            problems.append(_args_problem(cfg, spec, exc))
             continue
         how = calling(item.fn)
         if isinstance(how, str):
@@ -85,6 +92,40 @@ def resolve_rewards(cfg: DictConfig) -> tuple[list[Resolved], list[Problem]]:
             continue
         item.how = how
     return found, problems
+
+
+def _args_problem(cfg: DictConfig, spec: RewardSpec, exc: RewardArgsError) -> Problem:
+    """A reward entry whose object cannot be made (:func:`reward_object`): a key neither
+    a function nor the class's constructor takes is dropped from the entry, or spelt as
+    the key it most likely meant (``weigth``: weight; ``scael``: scale); a constructor
+    that raised is the user's code, named with its file and line."""
+    entry = spec.key.removesuffix("._target_")
+    kwargs = dict(spec.kwargs)
+    if exc.__cause__ is None:  # keys the function or the constructor does not take
+        entries = OmegaConf.to_container(cfg.task.rewards, resolve=True)
+        wanted = [dict(e) for e in entries] if isinstance(entries, list) else []
+        index = int(entry.rpartition(".")[2])
+        if index < len(wanted):
+            for k, close in exc.meant.items():
+                value = wanted[index].pop(k, None)
+                if close:
+                    wanted[index][close] = value
+        first = next(iter(exc.meant), None)
+        return world_problem(
+            exc.keys[0] if exc.keys else spec.key,
+            kwargs.get(first, spec.target),
+            f"{spec.target} ({spec.key}) {exc.reason}",
+            fix({"task.rewards": wanted}),
+        )
+    return world_problem(
+        spec.key,
+        spec.target,
+        exc.reason,
+        fix(
+            note="fix the constructor where it raised"
+            + (f", or the arguments the entry gives it ({', '.join(exc.keys)})" if exc.keys else "")
+        ),
+    )
 
 
 def _target_problem(spec: RewardSpec, exc: TaskDataError) -> Problem:
@@ -151,8 +192,9 @@ def column_problems(
     return problems
 
 
-#: Rewards already called on the same rows in this process (a sweep's points share them).
-_called: dict[tuple[str, str, int], Problem | None] = {}
+#: Rewards already called on the same rows in this process (a sweep's points share them):
+#: the problem, or the values it gave (None: does not apply).
+_called: dict[tuple[str, str, int], Problem | list[float | None]] = {}
 
 
 def call_problems(
@@ -160,11 +202,14 @@ def call_problems(
 ) -> list[Problem]:
     """Each reward (but those in ``skip``, keys already refused) called on ``rows``, each
     row's answer as its completion (its prompt when it has none), within
-    ``timeouts.reward_s``; a failure is a problem under the reward's key."""
+    ``timeouts.reward_s``; a failure is a problem under the reward's key. Rows no reward
+    applies to (every one returned None) are a warning, as TRL warns of them: the run
+    would give them a total of 0 every time they are drawn."""
     if not rows:
         return []
     pairs = [(row, row.answer if row.answer else row.prompt) for row in rows]
     problems = []
+    values: list[list[float | None]] = []
     for item in resolved:
         bound = item.bound
         if bound is None or item.spec.key in skip:
@@ -172,15 +217,42 @@ def call_problems(
         key = (item.spec.target, item.spec.key, id(rows))
         if key not in _called:
             _called[key] = _call(cfg, bound, pairs)
-        if _called[key] is not None:
-            problems.append(_called[key])
-    return problems
+        found = _called[key]
+        if isinstance(found, Problem):
+            problems.append(found)
+        else:
+            values.append(found)
+    if problems or not values or len(values) != len(resolved):
+        return problems
+    none_all = [i for i in range(len(pairs)) if all(v[i] is None for v in values)]
+    if not none_all:
+        return problems
+    keys = ", ".join(item.spec.key for item in resolved)
+    every = "every reward" if len(resolved) > 1 else "the reward"
+    first = pairs[none_all[0]][0].prompt
+    return [
+        world_problem(
+            resolved[0].spec.key if len(resolved) == 1 else "task.rewards",
+            resolved[0].spec.target if len(resolved) == 1 else [r.spec.target for r in resolved],
+            f"was called on the first {len(pairs)} rows of the data (each row's answer as the "
+            f"completion) and {every} ({keys}) returned None for {len(none_all)} of them "
+            f"(the first: prompt {first[:80]!r}): no reward applies to those completions, so "
+            "their total is 0 (as in TRL, which warns of it) and they teach nothing.",
+            fix(
+                note="return a number where a reward applies, or add a reward that applies "
+                "to these rows"
+            ),
+            warning=True,
+        )
+    ]
 
 
-def _call(cfg: DictConfig, bound: BoundReward, pairs: list[tuple[Example, str]]) -> Problem | None:
+def _call(
+    cfg: DictConfig, bound: BoundReward, pairs: list[tuple[Example, str]]
+) -> Problem | list[float | None]:
     timeout = float(cfg.timeouts.reward_s)
     try:
-        score_rewards([bound], pairs, timeout)
+        return score_rewards([bound], pairs, timeout).per_reward[0]
     except RewardError as exc:
         return world_problem(
             bound.spec.key,
@@ -192,4 +264,3 @@ def _call(cfg: DictConfig, bound: BoundReward, pairs: list[tuple[Example, str]])
                 "list of numbers or None, one per completion); try it with the rows named"
             ),
         )
-    return None

@@ -24,6 +24,7 @@ from art_hydra.preflight.devices import backend_problems
 from art_hydra.preflight.evaluation import evaluation_problems
 from art_hydra.preflight.folders import for_sweep, run_folder_problems
 from art_hydra.preflight.model import model_problems
+from art_hydra.preflight.model_load import model_load_problems
 from art_hydra.preflight.task import task_problems
 from art_hydra.preflight.trackers import tracker_problems
 from art_hydra.preflight.world_check_registry import (
@@ -92,6 +93,7 @@ def environment_sections() -> tuple[str, ...]:
 _READS: dict[str, tuple[str, ...]] = {
     "task": ("task", "model", "algorithm", "rl", "sft", "seed"),
     "model": ("model", "task", "algorithm", "rl", "sft"),
+    "model_load": ("model", "backend"),
     "backend": ("backend", "distributed", "model"),
     "trackers": ("logging",),
     "eval": ("eval", "task", "algorithm", "rl", "sft", "seed"),
@@ -201,6 +203,7 @@ def _register_own_checks() -> None:
     for name, check, devices in (
         ("task", task_problems, False),
         ("model", model_problems, False),
+        ("model_load", model_load_problems, False),
         ("backend", backend_problems, True),
         ("trackers", tracker_problems, False),
         ("eval", evaluation_problems, False),

@@ -18,12 +18,11 @@ from art_hydra.config.schema import (
     ModelSource,
     TaskSource,
 )
-from art_hydra.errors import raised
 from art_hydra.model_files import FolderError
 from art_hydra.preflight import lengths as row_lengths
 from art_hydra.preflight import rewards as reward_checks
 from art_hydra.preflight.common import model_folder, top_p_problems, world_problem
-from art_hydra.preflight.generator import generator_problems
+from art_hydra.preflight.generator import failure_problem, generator_problems
 from art_hydra.safe_paths import file_refusal
 from art_hydra.tasks import dataset
 from art_hydra.tasks.base import (
@@ -32,6 +31,7 @@ from art_hydra.tasks.base import (
     data_rules,
     iter_examples,
     remote_data_allowed,
+    resolve_task_code,
 )
 from art_hydra.tasks.examples import Example
 from art_hydra.tasks.jsonl import Scan
@@ -63,6 +63,8 @@ class DataStats:
     first_where: str = ""
     #: Every row measured in the run's tokens (None: the tokenizer is not known here).
     lengths: row_lengths.Lengths | None = None
+    #: Settings the data's format does not read: key -> (value, why, fix overrides).
+    unused: dict[str, tuple[Any, str, dict[str, Any]]] = field(default_factory=dict)
 
     def add(self, where: str | int, example: Example) -> None:
         """Count ``example``; ``where`` is its ``file:line`` or its index."""
@@ -100,7 +102,7 @@ def _where(where: str | int, example: Example) -> str:
 
 #: Generated tasks and data files already gathered in this process (a sweep's points
 #: mostly share them).
-_stats_cache: dict[tuple, DataStats | tuple[str, Any]] = {}
+_stats_cache: dict[tuple, DataStats | Problem | tuple[str, Any]] = {}
 
 
 def task_problems(cfg: DictConfig) -> list[Problem]:
@@ -123,6 +125,8 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
                 return problems + remote
         key, value = "task.path", task.path
     stats = _data_stats(cfg, reward)
+    if isinstance(stats, Problem):
+        return [*problems, stats]
     if isinstance(stats, tuple):
         return [*problems, world_problem(key, value, *stats)]
     needed = answer_needed_by(cfg, reward)
@@ -139,10 +143,21 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
         problems += _reward_call_problems(cfg, resolved, stats, key, problems)
     return (
         problems
+        + _unused_column_problems(stats)
         + _template_problems(cfg, stats)
         + _multi_turn_problems(cfg, stats, key, value)
         + _length_problems(cfg, stats, key)
     )
+
+
+def _unused_column_problems(stats: DataStats) -> list[Problem]:
+    """Settings the data's format never reads (:func:`dataset.unused_mappings`, TRL data
+    under ``task=jsonl``): the run goes on, but what was set does nothing, so it is said,
+    with the overrides that read the data as meant."""
+    return [
+        world_problem(key, value, f"{why}.", fix(sets), warning=True)
+        for key, (value, why, sets) in sorted(stats.unused.items())
+    ]
 
 
 def _remote_problems(cfg: DictConfig) -> list[Problem]:
@@ -226,7 +241,7 @@ def _reward_call_problems(
     return reward_checks.call_problems(cfg, resolved, stats.rows, refused)
 
 
-def _data_stats(cfg: DictConfig, reward: Any) -> DataStats | tuple[str, Any]:
+def _data_stats(cfg: DictConfig, reward: Any) -> DataStats | Problem | tuple[str, Any]:
     """One streamed pass over the task's examples (:func:`iter_examples`, the run's own
     reader, without the system prompt, which is checked on its own), or (why the data
     cannot be used, its fix). Cached per source and rules: a sweep's points share it."""
@@ -248,7 +263,7 @@ def _data_stats(cfg: DictConfig, reward: Any) -> DataStats | tuple[str, Any]:
     return _stats_cache[key]
 
 
-def _gather(cfg: DictConfig, rules: DataRules) -> DataStats | tuple[str, Any]:
+def _gather(cfg: DictConfig, rules: DataRules) -> DataStats | Problem | tuple[str, Any]:
     stats = DataStats(lengths=row_lengths.lengths_for(cfg))
     scan = Scan()
     generated = cfg.task.source == TaskSource.generated
@@ -257,11 +272,13 @@ def _gather(cfg: DictConfig, rules: DataRules) -> DataStats | tuple[str, Any]:
             stats.add(where, example)
     except Exception as exc:  # the generator's own code, or an example it made
         if generated:
-            return f"raised {raised(exc)}", fix(note="fix the generator")
+            generator = resolve_task_code(cfg.task, "task.generator")
+            return failure_problem(cfg, generator, exc)
         return (
             f"cannot be read as task data: {type(exc).__name__}: {exc}",
             fix({"task.path": placeholder("a readable json, jsonl, csv or parquet file")}),
         )
+    stats.unused = dict(scan.unused)
     if scan.note is not None:  # the source itself: nothing to list by row
         return scan.errors[0].removeprefix(f"{cfg.task.path}: "), _note_fix(scan.note)
     if scan.error_count:
@@ -270,6 +287,13 @@ def _gather(cfg: DictConfig, rules: DataRules) -> DataStats | tuple[str, Any]:
             cfg.task.source, "row"
         )
         reason = f"{n} {what}{'s' if n != 1 else ''} cannot be used:\n{scan.summary()}"
+        if scan.fix and scan.fix.get("task") == "dataset":  # TRL's data under task=jsonl
+            return world_problem(
+                "task",
+                "jsonl",
+                f'reads {cfg.task.path} as {{"prompt", "answer"}} lines, so {reason}',
+                fix(scan.fix),
+            )
         if scan.fix and "<column>" not in scan.fix.values():
             return reason, fix(scan.fix)
         if scan.fix:

@@ -41,6 +41,7 @@ from art_hydra.sweeps.reports import (
     fail_if_unfinished,
     numbers,
     overrides_text,
+    refuse_a_launcher_that_cannot_start,
     refuse_a_used_sweep_folder,
 )
 from art_hydra.sweeps.search_space import Refused, check_search_space, worst_value
@@ -72,6 +73,7 @@ class CheckedLaunches:
         self.config, self.hydra_context = config, hydra_context
         if not checked_by_the_sweeper(config):
             refuse_a_used_sweep_folder(config)
+            refuse_a_launcher_that_cannot_start(config)
             check_search_space(config, self.checker)
 
     def finish(self) -> None:

@@ -36,7 +36,26 @@ def refuse_a_used_sweep_folder(config: Any) -> None:
 
     found = sweep_folder_problems(Path(config.hydra.sweep.dir), config)
     if errors(found):
-        fail(format_report(found, footer="No job was launched."))
+        fail(format_report(found, "The sweep cannot launch here:", "No job was launched."))
+
+
+def refuse_a_launcher_that_cannot_start(config: Any) -> None:
+    """A launcher that could not start a job here (``hydra/launcher=slurm`` off a SLURM
+    cluster) stops the sweep before anything is checked, written or launched; a dry run,
+    which launches nothing, is told and goes on."""
+    from omegaconf import OmegaConf
+
+    from art_hydra.config.launch_plan import launcher_problems
+    from art_hydra.config.problems import Severity, format_report
+
+    choices = OmegaConf.select(config, "hydra.runtime.choices", default=None) or {}
+    found = launcher_problems(config.hydra.launcher, choices.get("hydra/launcher"))
+    if not found:
+        return
+    if not config.get("dry_run", False):
+        fail(format_report(found, "The sweep cannot launch here:", "No job was launched."))
+    told = [dataclasses.replace(p, severity=Severity.warning) for p in found]
+    sys.stderr.write(format_report(told, "dry run: the sweep itself could not launch:") + "\n")
 
 
 def overrides_text(point: list[str]) -> str:

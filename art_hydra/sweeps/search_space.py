@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from art_hydra import moved
 from art_hydra.config.hydra_compat import raw_list
-from art_hydra.config.problems import Problem, errors
+from art_hydra.config.problems import Problem, errors, fix, format_report
 from art_hydra.sweeps.points import ranks_per_job
 from art_hydra.sweeps.reports import fail, sweep_report
 
@@ -63,10 +63,9 @@ def check_search_space(config: DictConfig, checker: Callable[[], Any]) -> None:
     ``checker`` gives the sweep's point checker, made only when there is something to check."""
     from art_hydra.config.launch_plan import planned_launch
 
-    _refuse_several_directions(config)
-    mismatch = direction_mismatch(config)
-    if mismatch:
-        log.warning(mismatch)
+    wrong_way = direction_problems(config)
+    if wrong_way:
+        fail(format_report(wrong_way, footer="The study was not started."))
     fixed, dims = search_space(config)
     combos = combinations(dims)
     if combos is None:
@@ -91,38 +90,75 @@ def check_search_space(config: DictConfig, checker: Callable[[], Any]) -> None:
     )
 
 
-def _refuse_several_directions(config: DictConfig) -> None:
-    directions = OmegaConf.select(config, "hydra.sweeper.direction", default=None)
-    if OmegaConf.is_list(directions) and len(directions) > 1:
-        fail(
-            f"hydra.sweeper.direction has {len(directions)} directions, but each art_hydra "
-            "job returns one objective (objective.metric); every trial would train and "
-            "then fail. Fix: hydra.sweeper.direction=maximize (or minimize, as "
-            "objective.direction says). The study was not started."
+#: The sweeper's own direction (Optuna's), beside the run's ``objective.direction``.
+DIRECTION = "hydra.sweeper.direction"
+
+
+def direction_problems(config: DictConfig) -> list[Problem]:
+    """A study that goes another way than the objective: several directions (each job
+    returns one objective), or the other direction (maximising a loss). The study would
+    run, but it cannot do what was meant: it would search for the worst runs while the
+    sweep's summary ranks them the objective's way, and which of the two settings was
+    meant cannot be guessed. Both are refused before the first trial, like a point that
+    cannot run, each with the override that makes them agree."""
+    wanted = OmegaConf.select(config, DIRECTION, default=None)
+    if wanted is None:
+        return []
+    spec = _objective(config)
+    better = spec.direction if spec is not None else "maximize"
+    if OmegaConf.is_list(wanted):
+        if len(wanted) <= 1:
+            return []
+        return [
+            Problem(
+                DIRECTION,
+                [str(getattr(w, "name", w)).lower() for w in wanted],
+                f"has {len(wanted)} directions, but each art_hydra job returns one objective "
+                "(objective.metric): every trial would train and then fail.",
+                fix({DIRECTION: better}, "the objective's own direction"),
+            )
+        ]
+    wanted = str(getattr(wanted, "name", wanted)).lower()
+    if spec is None or wanted.endswith(spec.direction) or _varies_the_objective(config):
+        return []
+    given = any(
+        str(o).lstrip("+~").split("=", 1)[0] == DIRECTION
+        for o in raw_list(config.hydra.overrides.hydra)
+    )
+    return [
+        Problem(
+            DIRECTION,
+            wanted,
+            ("" if given else "is the sweeper's own default (hydra/sweeper=optuna brings it) and ")
+            + f"goes the other way than the objective: {spec.metric} is better when it is "
+            f"{'lower' if spec.direction == 'minimize' else 'higher'} (objective.direction "
+            f"resolves to {spec.direction}), so the study would search for the worst runs "
+            "while the sweep's summary ranks them best first.",
+            fix(
+                {DIRECTION: spec.direction},
+                "search the objective's way",
+                alt=fix({"objective.direction": wanted}, "if the objective is what is wrong"),
+            ),
         )
+    ]
 
 
-def direction_mismatch(config: DictConfig) -> str | None:
-    """A sweeper told to go the other way than the objective (maximising a loss)."""
-    wanted = OmegaConf.select(config, "hydra.sweeper.direction", default=None)
-    if wanted is None or OmegaConf.is_list(wanted):
-        return None
+def _varies_the_objective(config: DictConfig) -> bool:
+    """Whether the search space varies what decides the objective's direction (each
+    point's objective then says; the summary ranks like with like)."""
+    _, dims = search_space(config)
+    return any(key == "algorithm" or key.startswith(("objective", "algorithm.")) for key, _ in dims)
+
+
+def _objective(config: DictConfig) -> Any:
+    """The sweep's resolved objective (None where the config cannot tell: the points'
+    own pre-flight reports why)."""
     from art_hydra.config.objective import resolve
 
     try:
-        spec = resolve(config.objective, config.algorithm.name)
+        return resolve(config.objective, config.algorithm.name)
     except Exception:
         return None
-    wanted = str(getattr(wanted, "name", wanted)).lower()
-    if wanted.endswith(spec.direction):
-        return None
-    return (
-        f"hydra.sweeper.direction={wanted} but the objective {spec.metric} is better when "
-        f"it is {'lower' if spec.direction == 'minimize' else 'higher'} "
-        f"(objective.direction resolves to {spec.direction}): the study would search for "
-        f"the worst runs. Fix: hydra.sweeper.direction={spec.direction}, or choose "
-        "objective.metric / objective.direction."
-    )
 
 
 def search_space(config: DictConfig) -> tuple[list[str], list[tuple[str, list[str]]]]:

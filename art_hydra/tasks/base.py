@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import os
 import random
 from collections.abc import Iterator
@@ -11,9 +13,10 @@ from typing import Any
 from art_hydra.config.schema import AlgorithmName, TaskSource
 from art_hydra.config.targets import TargetError, resolve
 from art_hydra.config.trust import current_hand
+from art_hydra.errors import raised
 from art_hydra.tasks.examples import Example, TaskDataError
-from art_hydra.tasks.jsonl import Scan, iter_records, line_limit, record_example
-from art_hydra.tasks.reward_set import reward_specs
+from art_hydra.tasks.jsonl import Scan, iter_records, line_limit, record_example, trl_format
+from art_hydra.tasks.reward_set import ENTRY_KEYS, RewardSpec, reward_specs, unknown_arguments
 from art_hydra.tasks.rewards import needs_answer
 from art_hydra.tasks.scoring import BoundReward, bind
 
@@ -89,10 +92,81 @@ def task_path(task_cfg: Any, key: str) -> Any:
     return OmegaConf.select(task_cfg, key.removeprefix("task."), default=None)
 
 
+class RewardArgsError(TaskDataError):
+    """A reward entry whose object cannot be made: a class whose constructor raised, or
+    constructor arguments given to a function. ``reason`` is the message without the
+    key; ``keys`` the entry's keys to blame (its ``_target_`` when none is); ``meant``
+    the key each wrong key most likely meant (None: none close), for the fix."""
+
+    def __init__(
+        self,
+        spec: RewardSpec,
+        reason: str,
+        keys: tuple[str, ...] = (),
+        meant: dict[str, str | None] | None = None,
+    ) -> None:
+        super().__init__(f"{spec.key}={spec.target}: {reason}")
+        self.reason = reason
+        self.keys = keys
+        self.meant = meant or {}
+
+
+def reward_object(found: Any, spec: RewardSpec) -> Any:
+    """The reward ``found`` (what its ``_target_`` resolved to) stands for: a function as
+    it is; a class instantiated with the entry's other keys as keyword arguments, as
+    Hydra's ``instantiate`` would, the instance being the reward (TRL takes any callable)."""
+    kwargs = dict(spec.kwargs)
+    entry = spec.key.removesuffix("._target_")
+    if not inspect.isclass(found):
+        if kwargs:
+            keys = tuple(f"{entry}.{k}" for k in kwargs)
+            near = {
+                k: close[0]
+                for k in kwargs
+                if (close := difflib.get_close_matches(k, sorted(ENTRY_KEYS), n=1, cutoff=0.6))
+            }
+            meant = "".join(f" ({k}: did you mean {v}?)" for k, v in near.items())
+            raise RewardArgsError(
+                spec,
+                f"is a function, and the entry's other keys ({', '.join(kwargs)}) would be "
+                f"arguments of a reward class's constructor; a function takes none{meant}.",
+                keys,
+                {k: near.get(k) for k in kwargs},
+            )
+        return found
+    shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+    if unknown := unknown_arguments(found, kwargs):
+        takes = ", ".join(str(inspect.signature(found)).strip("()").split(", ")) or "nothing"
+        raise RewardArgsError(
+            spec,
+            f"is a class, and its constructor {found.__qualname__}({takes}) takes no "
+            + ", ".join(
+                f"'{k}'" + (f" (did you mean {v}?)" if v else "") for k, v in unknown.items()
+            )
+            + f": the entry's keys besides {', '.join(sorted(ENTRY_KEYS))} are its arguments.",
+            tuple(f"{entry}.{k}" for k in unknown),
+            unknown,
+        )
+    try:
+        return found(**kwargs)
+    except Exception as exc:
+        raise RewardArgsError(
+            spec,
+            f"is a class, instantiated as {found.__qualname__}({shown})"
+            + (f" (the entry's keys besides {', '.join(sorted(ENTRY_KEYS))})" if kwargs else "")
+            + f", and its constructor raised {raised(exc)}.",
+            tuple(f"{entry}.{k}" for k in kwargs),
+        ) from exc
+
+
 def resolve_rewards(task_cfg: Any) -> list[BoundReward]:
     """Every reward of the task (``task.rewards``, or the one ``task.reward``), resolved
-    through the trust rules and bound to how it is called."""
-    return [bind(resolve_task_code(task_cfg, spec.key), spec) for spec in reward_specs(task_cfg)]
+    through the trust rules, instantiated when it is a class, and bound to how it is
+    called."""
+    return [
+        bind(reward_object(resolve_task_code(task_cfg, spec.key), spec), spec)
+        for spec in reward_specs(task_cfg)
+    ]
 
 
 def generate_examples(task_cfg: Any, generator: Any, seed: int) -> list[Example]:
@@ -186,9 +260,25 @@ def _jsonl_examples(
         found = (
             record if isinstance(record, str) else record_example(record, rules.answer_needed_by)
         )
+        trl = None if isinstance(record, str) else trl_format(record)
+        # TRL's formats are task=dataset's: the fix names it, and is checked by applying it.
+        as_dataset = {"task": "dataset", "task.path": str(task_cfg.path)}
         if isinstance(found, str):
-            _bad(errors, where, found)
+            if trl is not None:
+                found += f"; the line is in TRL's {trl}, which task=dataset reads"
+            _bad(errors, where, found, as_dataset if trl is not None else None)
         else:
+            if trl is not None and errors is not None:
+                errors.unused.setdefault(
+                    "task",
+                    (
+                        "jsonl",
+                        f"reads each line's 'prompt' and 'answer', and {where} is in TRL's "
+                        f"{trl}: its completion is not the answer, only a column passed to the "
+                        "rewards; task=dataset reads the format as TRL does",
+                        as_dataset,
+                    ),
+                )
             yield where, found
 
 
@@ -228,6 +318,9 @@ def _dataset_examples(
     columns = dataset.Columns.of(task_cfg)
     rows = dataset.iter_rows(source, task_cfg.split, rules.max_line_bytes, rules.limit_reason)
     for where, record in rows:
+        if errors is not None and not isinstance(record, str):
+            for key, unused in dataset.unused_mappings(record, columns).items():
+                errors.unused.setdefault(key, unused)
         found = (
             record
             if isinstance(record, str)

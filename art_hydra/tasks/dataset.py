@@ -249,7 +249,9 @@ def row_example(
 
     Every column but the prompt, the messages and TRL's ``completion`` is kept in
     :attr:`Example.columns`, under its own name, for the rewards (a mapped answer column
-    such as ``solution`` stays there too, as TRL passes it)."""
+    such as ``solution`` stays there too, as TRL passes it); with ``task.columns.answer``
+    set, the ``answer`` column the rewards see is the mapped one (a data column named
+    ``answer`` is shadowed), so every reward, batched or not, gets the same answer."""
     present = list(record)
     if columns.prompt in record:
         prompt = _prompt(record[columns.prompt], columns.prompt)
@@ -265,15 +267,66 @@ def row_example(
             return found
         text, pairs, answer = found
     else:
+        # The answer column is judged too, so a row missing both is one report, not two
+        # in turn (the answer's only after the prompt's is fixed).
+        answer = _answer(record, columns, needed_by)
+        mapping = {"task.columns.prompt": _guess(present, PROMPT_GUESSES)}
+        also = ""
+        if isinstance(answer, BadRow) and answer.fix:
+            mapping.update(answer.fix)
+            also = (
+                f", nor a '{columns.answer}' column (task.columns.answer)"
+                if columns.answer is not None
+                else f", nor an answer column ('completion' or 'answer'), which {needed_by} needs"
+            )
         return BadRow(
             f"has neither a '{columns.prompt}' column (task.columns.prompt) nor a "
-            f"'{columns.messages}' column (task.columns.messages); its columns are "
+            f"'{columns.messages}' column (task.columns.messages){also}; its columns are "
             f"{', '.join(present) or 'none'}",
-            {"task.columns.prompt": _guess(present, PROMPT_GUESSES)},
+            mapping,
         )
     used = {columns.prompt, columns.messages, "completion"}
     kept = {k: v for k, v in record.items() if k not in used}
+    if columns.answer is not None and columns.prompt in record:
+        # The mapping is the one place the answer is chosen: a batched reward's ``answer``
+        # column is the mapped one, as the per-sample reward's, SFT's and evaluation's are.
+        kept["answer"] = answer
     return Example(prompt=text, answer=answer, messages=pairs, plain=not pairs, columns=kept)
+
+
+def unused_mappings(
+    record: Mapping[str, Any], columns: Columns
+) -> dict[str, tuple[Any, str, dict[str, Any]]]:
+    """The ``task.columns`` the user mapped that this row's format does not read, by key:
+    ``(value, why)``. A prompt row never reads the conversation column; a conversation
+    row (``messages``) never reads the prompt or answer column (its answer is its last
+    assistant turn). They run, but what the user set does nothing: a warning."""
+    found: dict[str, tuple[Any, str, dict[str, Any]]] = {}
+    default = Columns()
+    if columns.prompt in record:
+        if columns.messages != default.messages:
+            found["task.columns.messages"] = (
+                columns.messages,
+                f"is not used: the rows have the prompt column '{columns.prompt}', and a "
+                "conversation column is read only from rows without one",
+                {"task.columns.messages": default.messages},
+            )
+    elif columns.messages in record:
+        if columns.prompt != default.prompt:
+            found["task.columns.prompt"] = (
+                columns.prompt,
+                f"is not used: the rows are whole conversations ('{columns.messages}') and "
+                f"have no '{columns.prompt}' column; their columns are {', '.join(record)}",
+                {"task.columns.prompt": default.prompt},
+            )
+        if columns.answer is not None:
+            found["task.columns.answer"] = (
+                columns.answer,
+                f"is not used: the rows are whole conversations ('{columns.messages}'), whose "
+                "answer is the last assistant turn",
+                {"task.columns.answer": None},
+            )
+    return found
 
 
 # ---- where the rows come from ------------------------------------------------------------

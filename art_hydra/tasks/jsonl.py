@@ -52,6 +52,9 @@ class Scan:
     fix: dict[str, str] | None = None
     #: What to do, in words, where no override repairs it (a hub dataset to download).
     note: str | None = None
+    #: Settings the data's format does not read, by key: ``(value, why, the overrides
+    #: that make the data read as meant)`` (a warning).
+    unused: dict[str, tuple[Any, str, dict[str, Any]]] = field(default_factory=dict)
 
     def add_error(self, where: str, message: str, fix: dict[str, str] | None = None) -> None:
         self.error_count += 1
@@ -91,6 +94,22 @@ def _decode(raw: bytes) -> dict[str, Any] | str:
     if not isinstance(record, dict):
         return f"expected a JSON object, got {type(record).__name__}"
     return record
+
+
+def trl_format(record: dict[str, Any]) -> str | None:
+    """The TRL dataset format a line is in where ``task=jsonl`` cannot read it as meant
+    (its ``prompt`` and ``answer``), or None: a conversation (``messages``, or a
+    ``prompt`` that is a list of messages), or prompt-completion (``completion`` and no
+    ``answer``: the completion would be a mere column, not the answer). ``task=dataset``
+    reads them all."""
+    prompt = record.get("prompt")
+    if isinstance(prompt, list):
+        return "conversational format (a 'prompt' that is a list of messages)"
+    if prompt is None and isinstance(record.get("messages"), list):
+        return "conversational language-modeling format ('messages')"
+    if isinstance(prompt, str) and "completion" in record and "answer" not in record:
+        return "prompt-completion format ('prompt' and 'completion')"
+    return None
 
 
 def record_example(record: dict[str, Any], answer_needed_by: str | None) -> Example | str:

@@ -27,6 +27,8 @@ This module is on the compose/validate path: no torch.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from art_hydra.config.objective import reward_name
+from art_hydra.config.schema import RewardEntry
 from art_hydra.tasks.examples import Example
 
 #: The names a per-sample reward is called with.
@@ -55,6 +58,39 @@ class RewardSpec:
     weight: float
     #: Its name in the metrics (``reward/<name>/mean``).
     name: str
+    #: The entry's keys besides :data:`ENTRY_KEYS`, as ``(key, value)``: the keyword
+    #: arguments a reward class is instantiated with (a function takes none).
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+
+#: The keys of a ``task.rewards`` entry that are art_hydra's own (the schema's
+#: :class:`~art_hydra.config.schema.RewardEntry`); every other key is an argument of the
+#: reward class's constructor.
+ENTRY_KEYS = frozenset(f.name for f in dataclasses.fields(RewardEntry))
+#: An entry's weight when it gives none (the schema's default).
+_WEIGHT = next(f.default for f in dataclasses.fields(RewardEntry) if f.name == "weight")
+
+
+def unknown_arguments(cls: type, kwargs: Mapping[str, Any]) -> dict[str, str | None]:
+    """The keys of ``kwargs`` that ``cls``'s constructor does not take, each with the
+    parameter (or entry key of art_hydra's own) it most likely meant; empty when the
+    constructor takes them all (or ``**kwargs``, or has no signature to read)."""
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params):
+        return {}
+    named = [
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+    return {
+        k: next(iter(difflib.get_close_matches(k, [*named, *ENTRY_KEYS], n=1, cutoff=0.6)), None)
+        for k in kwargs
+        if k not in named
+    }
 
 
 def reward_specs(task_cfg: Any) -> list[RewardSpec]:
@@ -66,13 +102,18 @@ def reward_specs(task_cfg: Any) -> list[RewardSpec]:
         for i, entry in enumerate(entries):
             target = OmegaConf.select(entry, "_target_", default=None)
             name = OmegaConf.select(entry, "name", default=None)
-            weight = OmegaConf.select(entry, "weight", default=1.0)
+            weight = OmegaConf.select(entry, "weight", default=_WEIGHT)
+            plain = OmegaConf.to_container(entry, resolve=True) if entry is not None else {}
+            kwargs = tuple(
+                (str(k), v) for k, v in (plain or {}).items() if str(k) not in ENTRY_KEYS
+            )
             specs.append(
                 RewardSpec(
                     f"task.rewards.{i}._target_",
                     str(target),
-                    float(1.0 if weight is None else weight),
+                    float(_WEIGHT if weight is None else weight),
                     reward_name(target, name),
+                    kwargs,
                 )
             )
         return specs
@@ -114,13 +155,13 @@ class Calling:
 
 def calling(fn: Any) -> Calling | str:
     """How ``fn`` is called, or why it cannot be called as a reward (in words)."""
-    call = type(fn).__dict__.get("__call__") if not inspect.isfunction(fn) else None
+    call = None if inspect.isfunction(fn) else inspect.getattr_static(type(fn), "__call__", None)
     if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call):
         return (
             "is a coroutine function (async def): calling it returns a coroutine, not a "
             "score; art_hydra calls rewards synchronously."
         )
-    if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+    if any(inspect.isasyncgenfunction(f) or inspect.isgeneratorfunction(f) for f in (fn, call)):
         return "is a generator function (it yields): calling it returns a generator, not a score."
     try:
         signature = inspect.signature(fn)

@@ -16,7 +16,10 @@ from art_hydra.config.hydra_compat import basic_sweeper
 from art_hydra.config.problems import Problem
 from art_hydra.sweeps.grid import GridSweep, preflight_points
 from art_hydra.sweeps.points import point_checker
-from art_hydra.sweeps.reports import refuse_a_used_sweep_folder
+from art_hydra.sweeps.reports import (
+    refuse_a_launcher_that_cannot_start,
+    refuse_a_used_sweep_folder,
+)
 
 
 class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
@@ -47,6 +50,7 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None
         refuse_a_used_sweep_folder(self.config)
+        refuse_a_launcher_that_cannot_start(self.config)
         points = self.points(arguments)
         checked = self.preflight(points)
         return GridSweep(

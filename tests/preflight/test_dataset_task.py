@@ -170,15 +170,18 @@ def test_columns_are_mapped_and_the_fix_names_the_likely_column(tmp_path: Path) 
     path = _write(tmp_path, "parquet", rows)
     (problem,) = _world(path)["task.path"]
     assert "its columns are question, solution, source" in problem.reason
-    assert problem.fix.overrides() == ["task.columns.prompt=question"]
-    (problem,) = _world(path, *problem.fix.overrides())["task.path"]
-    assert "has no answer column (its columns: question, solution, source)" in problem.reason
-    assert problem.fix.overrides() == ["task.columns.answer=solution"]
+    # the missing prompt and the missing answer in one report, not one after the other
+    assert "nor an answer column ('completion' or 'answer')" in problem.reason
     mapped = ["task.columns.prompt=question", "task.columns.answer=solution"]
+    assert problem.fix.overrides() == mapped
     assert _world(path, *mapped) == {}
     ((_, example),) = _examples(path, *mapped)
-    # the mapped answer column stays a column: a TRL reward takes it as `solution=`
-    assert (example.answer, dict(example.columns)) == ("7", {"solution": "7", "source": "gsm"})
+    # the mapped answer column stays a column (a TRL reward takes it as `solution=`), and
+    # the `answer` column every reward sees is the mapped one
+    assert (example.answer, dict(example.columns)) == (
+        "7",
+        {"solution": "7", "source": "gsm", "answer": "7"},
+    )
 
 
 def test_a_mapped_column_that_is_absent_names_the_columns_present(tmp_path: Path) -> None:

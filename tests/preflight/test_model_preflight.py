@@ -100,6 +100,10 @@ def _pretrained(folder: Path | str, *extra: str) -> list[str]:
     ]
 
 
+#: GPT-2's layers (Conv1D) for LoRA: the default targets are Llama's, which it lacks.
+GPT2_TARGETS = "model.lora.target_modules=[c_attn,c_proj,c_fc]"
+
+
 def _world(overrides: list[str]) -> list:
     return world_problems(compose(overrides), None)
 
@@ -141,13 +145,17 @@ def test_positions_below_max_seq_length_are_refused_with_one_fix(
     families: dict[str, Path],
 ) -> None:
     """gpt2 with n_positions=32 under model.max_seq_length=64 crashed mid-run (IndexError)."""
-    overrides = _pretrained(families["gpt2"], "model.max_seq_length=64", "rl.max_prompt_length=16")
+    overrides = _pretrained(
+        families["gpt2"], GPT2_TARGETS, "model.max_seq_length=64", "rl.max_prompt_length=16"
+    )
     problem = problem_about(_world(overrides), "model.max_seq_length")
     assert problem.severity == Severity.error
     assert "n_positions=32" in problem.reason
     assert problem.fix.overrides() == ["model.max_seq_length=32"]
     # The budgets no longer fit either: the one fix sets them together.
-    longer = _pretrained(families["gpt2"], "model.max_seq_length=64", "rl.max_prompt_length=40")
+    longer = _pretrained(
+        families["gpt2"], GPT2_TARGETS, "model.max_seq_length=64", "rl.max_prompt_length=40"
+    )
     fixed = problem_about(_world(longer), "model.max_seq_length").fix.overrides()
     assert fixed[0] == "model.max_seq_length=32" and len(fixed) == 3
     cfg = compose([*longer, *fixed])
@@ -159,7 +167,9 @@ def test_positions_below_max_seq_length_are_refused_with_one_fix(
 def test_the_position_limit_is_refused_by_the_cli_before_any_model_loads(
     families: dict[str, Path], tmp_path: Path
 ) -> None:
-    overrides = _pretrained(families["gpt2"], "model.max_seq_length=64", "rl.max_prompt_length=16")
+    overrides = _pretrained(
+        families["gpt2"], GPT2_TARGETS, "model.max_seq_length=64", "rl.max_prompt_length=16"
+    )
     proc = run_cli(*overrides, cwd=tmp_path)
     out = output_of(proc)
     assert proc.returncode == 1, out

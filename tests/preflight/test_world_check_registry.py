@@ -43,7 +43,7 @@ if __name__ == "__main__":
 
 def test_art_hydra_s_own_checks_are_registered_in_report_order() -> None:
     checks = registered_world_checks()
-    assert list(checks)[:5] == ["task", "model", "backend", "trackers", "eval"]
+    assert list(checks)[:6] == ["task", "model", "model_load", "backend", "trackers", "eval"]
     assert checks["backend"].devices and not checks["task"].devices
     assert set(environment_sections()) == set(ENVIRONMENT_SECTIONS)
 

@@ -9,7 +9,10 @@ from pathlib import Path
 
 from conftest import output_of, report_entries, run_cli, shared_config_dir
 
-OPTUNA = ["-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=1", "dry_run=true"]
+OPTUNA = [
+    "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=1", "hydra.sweeper.direction=maximize",
+    "dry_run=true",
+]  # fmt: skip
 SPACE = "rl.temperature=interval(0.7,1.2)"
 
 

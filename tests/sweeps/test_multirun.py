@@ -92,7 +92,7 @@ def test_bad_non_swept_override_is_reported_fully(cli, tmp_path: Path) -> None:
     out = output_of(proc)
     assert proc.returncode == 1
     entries = {key: (value, fix) for key, value, fix in report_entries(out)}
-    assert entries["trainer.max_stepz"] == ("3", "trainer.max_steps=3")
+    assert entries["trainer.max_stepz"] == ("3", "trainer.max_steps=3 ~trainer.max_stepz")
     assert entries["model"][0] == "huge"
     assert not (tmp_path / "outputs").exists()
 
@@ -177,6 +177,7 @@ def test_an_optuna_dry_run_checks_the_first_trials_and_writes_nothing(cli, tmp_p
         "-m",
         "hydra/sweeper=optuna",
         "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.direction=maximize",
         "dry_run=true",
         "trainer.gradient_accumulation_steps=choice(1,2)",
         f"hydra.sweep.dir={tmp_path / 'study'}",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ def tuner(model: Any) -> Any:
 
 
 def _matches(module_name: str, target: str) -> bool:
+    """peft's rule for a list of names: the module's full name, or its last dotted part(s)."""
     return module_name == target or module_name.endswith(f".{target}")
 
 
@@ -64,31 +66,79 @@ def _wrappable() -> tuple[type, ...]:
     return tuple(kinds)
 
 
+@dataclass(frozen=True)
+class ModuleTree:
+    """What the LoRA name rules need of a model: each module's name and whether LoRA can
+    wrap it, and the names of the decoder's linear layers (the fix). The run reads it
+    from the loaded model (:func:`module_tree`); the pre-flight from the safetensors
+    header (:func:`art_hydra.model_files.module_tree`), so that both judge alike."""
+
+    #: The model, as the reasons name it (its class, ``LlamaForCausalLM``).
+    label: str
+    #: Every named module -> "" where peft can wrap it (a layer), else what it is
+    #: (``LlamaMLP``, "a block"): a module LoRA cannot wrap, named so in the reason.
+    modules: dict[str, str]
+    #: The last names of the decoder's linear layers, without the output head.
+    linear: list[str]
+    #: The modules that hold weights (of their own or inside them); None: all of them.
+    #: One without (an activation, a rotary table) trains nothing in modules_to_save.
+    weighted: frozenset[str] | None = None
+
+
+def module_tree(model: Any) -> ModuleTree:
+    """The loaded model's modules, as the LoRA name rules read them."""
+    kinds = _wrappable()
+    return ModuleTree(
+        type(model).__name__,
+        {
+            name: "" if isinstance(m, kinds) else type(m).__name__
+            for name, m in model.named_modules()
+            if name
+        },
+        _layer_names(model),
+        frozenset(n for n, m in model.named_modules() if n and any(True for _ in m.parameters())),
+    )
+
+
 def unmatched_names(model: Any, lora_cfg: LoraConfig) -> list[Problem]:
     """What peft would refuse with a traceback, or do silently, as a report (run moment,
-    before peft is called): target and trained module names that match no module of
-    ``model``; targets that match only modules LoRA cannot wrap (a block such as ``mlp``
-    or ``self_attn``: its linear layers are what to name); and a module both targeted
-    and trained in full (``modules_to_save``), which peft would wrap twice."""
+    before peft is called): :func:`lora_name_problems` on the loaded model."""
+    return lora_name_problems(module_tree(model), lora_cfg, Kind.run)
 
-    names = [name for name, _ in model.named_modules() if name]
-    linear = _layer_names(model)
-    problems = _unwrappable(model, lora_cfg, linear) + _both_ways(model, lora_cfg)
+
+def lora_name_problems(tree: ModuleTree, lora_cfg: LoraConfig, kind: Kind) -> list[Problem]:
+    """Target and trained module names that match no module of the model; targets that
+    match modules LoRA cannot wrap (a block such as ``mlp`` or ``self_attn``: its linear
+    layers are what to name); and a module both targeted and trained in full
+    (``modules_to_save``), which peft would wrap twice. ``kind``: which moment found them
+    (the run, after loading; the world pre-flight, from the folder's files)."""
+    linear = tree.linear
+    problems = _unwrappable(tree, lora_cfg, kind) + _both_ways(tree, lora_cfg, kind)
     for key in ("target_modules", "modules_to_save"):
-        wanted = list(getattr(lora_cfg, key))
+        wanted = [str(t) for t in getattr(lora_cfg, key)]
+        names = tree.modules
+        if key == "modules_to_save" and tree.weighted is not None:
+            names = {n: w for n, w in names.items() if n in tree.weighted}
         missing = [t for t in wanted if not any(_matches(n, t) for n in names)]
         if missing:
             kept = [t for t in wanted if t not in missing]
+            shorthand = (
+                " (all-linear is peft's shorthand for a single string; here the list names "
+                "the layers)"
+                if "all-linear" in missing
+                else ""
+            )
             problems.append(
                 Problem(
                     f"model.lora.{key}",
                     wanted,
                     f"{', '.join(missing)} match{'es' if len(missing) == 1 else ''} no module "
-                    f"of {type(model).__name__}; its decoder's linear layers are named "
-                    f"{', '.join(linear)}.",
+                    f"{'with weights ' if key == 'modules_to_save' else ''}"
+                    f"of {tree.label}; its decoder's linear layers are named "
+                    f"{', '.join(linear)}{shorthand}.",
                     # The user's names that exist; none: every decoder layer (never the head).
                     fix({f"model.lora.{key}": kept or (linear if key == "target_modules" else [])}),
-                    Kind.run,
+                    kind,
                 )
             )
     return problems
@@ -116,53 +166,52 @@ def _layer_names(model: Any) -> list[str]:
     )
 
 
-def _unwrappable(model: Any, lora_cfg: LoraConfig, linear: list[str]) -> list[Problem]:
+def _unwrappable(tree: ModuleTree, lora_cfg: LoraConfig, kind: Kind) -> list[Problem]:
     """``target_modules`` entries whose matches LoRA cannot wrap (peft raises on the first
     such module), with the wrappable layers inside them as the fix."""
-    kinds = _wrappable()
-    modules = [(name, module) for name, module in model.named_modules() if name]
     wanted = [str(t) for t in lora_cfg.target_modules]
     bad: list[str] = []
+    shown: list[str] = []
     inside: list[str] = []
     for target in wanted:
-        matched = [(n, m) for n, m in modules if _matches(n, target)]
-        refused = [(n, m) for n, m in matched if not isinstance(m, kinds)]
+        refused = [n for n, what in tree.modules.items() if _matches(n, target) and what]
         if not refused:
             continue
-        bad.append(f"{target} ({type(refused[0][1]).__name__})")
-        for name, _ in refused:
+        bad.append(target)
+        shown.append(f"{target} ({tree.modules[refused[0]]})")
+        for name in refused:
             inside += [
                 n.rpartition(".")[2]
-                for n, m in modules
-                if n.startswith(f"{name}.") and isinstance(m, kinds)
+                for n, what in tree.modules.items()
+                if n.startswith(f"{name}.") and not what
             ]
     if not bad:
         return []
-    kept = [t for t in wanted if not any(b.startswith(f"{t} (") for b in bad)]
-    replacement = list(dict.fromkeys([*kept, *sorted(set(inside))])) or linear
+    kept = [t for t in wanted if t not in bad]
+    replacement = list(dict.fromkeys([*kept, *sorted(set(inside))])) or tree.linear
     return [
         Problem(
             "model.lora.target_modules",
             wanted,
-            f"{', '.join(bad)} {'is a block' if len(bad) == 1 else 'are blocks'} of "
-            f"{type(model).__name__}, not a layer LoRA can wrap (peft wraps Linear, Embedding, "
-            "Conv and MultiheadAttention layers); name the layers inside it.",
+            f"{', '.join(shown)} {'is' if len(bad) == 1 else 'are'} not a layer of "
+            f"{tree.label} that LoRA can wrap (peft wraps Linear, Embedding, Conv and "
+            "MultiheadAttention layers): a block, whose layers are what to name, or a norm.",
             fix({"model.lora.target_modules": replacement}),
-            Kind.run,
+            kind,
         )
     ]
 
 
-def _both_ways(model: Any, lora_cfg: LoraConfig) -> list[Problem]:
+def _both_ways(tree: ModuleTree, lora_cfg: LoraConfig, kind: Kind) -> list[Problem]:
     """Modules matched by both ``target_modules`` and ``modules_to_save``."""
     targets = [str(t) for t in lora_cfg.target_modules]
     saved = [str(t) for t in lora_cfg.modules_to_save]
     both = sorted(
         {
             target
-            for name, _ in model.named_modules()
+            for name in tree.modules
             for target in targets
-            if name and _matches(name, target) and any(_matches(name, s) for s in saved)
+            if _matches(name, target) and any(_matches(name, s) for s in saved)
         }
     )
     if not both:
@@ -175,7 +224,7 @@ def _both_ways(model: Any, lora_cfg: LoraConfig) -> list[Problem]:
             f"model.lora.modules_to_save={saved}: a module is either trained in full "
             "(modules_to_save) or through LoRA adapters (target_modules), not both.",
             fix({"model.lora.target_modules": [t for t in targets if t not in both]}),
-            Kind.run,
+            kind,
         )
     ]
 

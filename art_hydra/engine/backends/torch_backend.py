@@ -54,6 +54,12 @@ class LoadedModel:
 
         return torch.autocast(self.device.type, dtype=self.autocast)
 
+    def frozen_copy(self) -> Any:
+        """A copy of the policy that is never trained (the reference, the overlapped
+        sampler), for forwards in :meth:`compute_precision`: under mixed precision its
+        linear weights are stored in the half type (see :func:`frozen_copy`)."""
+        return frozen_copy(self.model, self.autocast)
+
     def save_weights(self, folder: Path) -> None:
         """The trained weights as a standard folder (PEFT adapters, or a full model), and
         the tokenizer, all safetensors."""
@@ -120,12 +126,16 @@ def _full(model_cfg: ModelConfig) -> bool:
 
 def load_dtype(model_cfg: ModelConfig) -> Any:
     """The dtype the torch backend loads weights in: float32 where they train on float32
-    masters (float16 always, bfloat16 in full fine-tuning unless
+    masters (full fine-tuning under float16, and under bfloat16 unless
     ``model.master_weights=false``), loaded straight in float32 rather than cast after;
-    a LoRA base keeps the half type (it is frozen), and ``auto`` the checkpoint's."""
+    a LoRA base in the half type, float16 included (it is frozen, so it needs no masters,
+    and float32 would cost twice the memory for the same autocast compute); ``auto`` the
+    checkpoint's."""
     import torch
 
-    if model_cfg.dtype == DType.bfloat16 and _full(model_cfg) and model_cfg.master_weights:
+    if not _full(model_cfg) and autocast_dtype(model_cfg.dtype) is not None:
+        return autocast_dtype(model_cfg.dtype)
+    if model_cfg.dtype == DType.bfloat16 and model_cfg.master_weights:
         return torch.float32
     return torch_dtype(model_cfg.dtype)
 
@@ -171,6 +181,51 @@ def settle_precision(model: Any, model_cfg: ModelConfig) -> tuple[Any, bool]:
             "Fix: model.master_weights=true (float16 mixed precision), or model.dtype=bfloat16."
         )
     return None, True  # pure bfloat16 weights compute in their own dtype
+
+
+def _autocast_linears(model: Any) -> list[Any]:
+    """The plain ``nn.Linear`` modules of ``model`` (autocast casts their weight and
+    bias to the half type on every call) whose parameters no other module shares: a head
+    tied to the input embeddings is left out, since the embedding lookup reads its
+    weight in its own dtype."""
+    import torch
+
+    shared: set[int] = set()
+    linears = []
+    for module in model.modules():
+        plain = type(module).forward is torch.nn.Linear.forward
+        if isinstance(module, torch.nn.Linear) and plain:
+            linears.append(module)
+        else:
+            shared.update(id(p) for p in module.parameters(recurse=False))
+    return [m for m in linears if not any(id(p) in shared for p in m.parameters())]
+
+
+def frozen_copy(model: Any, half: Any) -> Any:
+    """A copy of ``model`` that is never trained (the reference policy, the overlapped
+    sampler), in evaluation mode and without gradients, for forwards under autocast to
+    ``half`` (None: the weights' own dtype, copied as they are).
+
+    The float32 weights of its linear layers are stored in ``half``: autocast rounds
+    them to it on every call anyway, so the copy computes the same bits as ``model``
+    under the same autocast, at 2 bytes per such weight instead of 4. Embeddings, norms
+    and anything else autocast leaves in float32 stay float32 (halving them would round
+    the residual stream the policy's forward keeps in float32). The half weights are
+    made one at a time, so no full float32 copy is ever held."""
+    import copy
+
+    import torch
+
+    memo: dict[int, Any] = {}
+    if half is not None:
+        for module in _autocast_linears(model):
+            for param in module.parameters(recurse=False):
+                if param.dtype == torch.float32:
+                    memo[id(param)] = torch.nn.Parameter(
+                        param.detach().to(half), requires_grad=False
+                    )
+    twin = copy.deepcopy(model, memo)
+    return twin.eval().requires_grad_(False)
 
 
 def float32_trainables(model: Any) -> None:

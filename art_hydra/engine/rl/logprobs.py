@@ -313,8 +313,9 @@ def _scatter(values: torch.Tensor, index: torch.Tensor, like: torch.Tensor) -> t
 
 def head_matches(model: Any, input_ids: torch.Tensor) -> bool:
     """Whether the chunked head gives the model's own logits (checked once per model
-    class and logit-related config values, on a few tokens of ``input_ids``, with
-    autocast off and in evaluation mode); a mismatch is warned about once."""
+    class and logit-related config values, on a few tokens of ``input_ids``, in
+    evaluation mode, with autocast off, or on to the half type of a model that mixes it
+    with float32 weights); a mismatch is warned about once."""
     lm = causal_lm(model)
     key = _check_key(lm)
     if key not in _VERIFIED:
@@ -322,12 +323,22 @@ def head_matches(model: Any, input_ids: torch.Tensor) -> bool:
     return _VERIFIED[key]
 
 
+def _half_of(model: Any) -> torch.dtype | None:
+    """The half type of a model that holds it beside float32 weights (a LoRA base with
+    float32 adapters or ``modules_to_save``, a frozen copy's half linear layers): such a
+    model only runs under autocast to it, as every forward of the run does."""
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    half = [d for d in (torch.bfloat16, torch.float16) if d in dtypes]
+    return half[0] if half and torch.float32 in dtypes else None
+
+
 def _verify(model: Any, lm: Any, ids: torch.Tensor) -> bool:
     name = type(lm).__name__
     was_training = model.training
+    half = _half_of(model)
     model.eval()
     try:
-        with torch.no_grad(), torch.autocast(ids.device.type, enabled=False):
+        with torch.no_grad(), torch.autocast(ids.device.type, half, enabled=half is not None):
             expected = model(input_ids=ids).logits.float()
             kwargs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
             head = lm.get_output_embeddings()
@@ -343,7 +354,7 @@ def _verify(model: Any, lm: Any, ids: torch.Tensor) -> bool:
         return False
     finally:
         model.train(was_training)
-    dtype = next(iter(lm.parameters())).dtype
+    dtype = half or next(iter(lm.parameters())).dtype
     tol = CHECK_ATOL if dtype == torch.float32 else 4 * torch.finfo(dtype).eps
     scale = float(expected.abs().max().clamp(min=1.0)) if dtype != torch.float32 else 1.0
     same = got.shape == expected.shape and bool(
