@@ -676,6 +676,8 @@ def _value_override_problem(cfg: DictConfig, override: Override, exc: BaseExcept
             fix({key: override.get_value_element_as_str()}, "drop the '+'", drops=(key,)),
             Kind.override,
         )
+    if isinstance(value, dict) and target is None and _holds(cfg, key):
+        return _mapping_into_null_problem(key, value)
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) or target is None:
         if isinstance(value, dict) and isinstance(target, DictConfig):
             return Problem(
@@ -690,6 +692,34 @@ def _value_override_problem(cfg: DictConfig, override: Override, exc: BaseExcept
         return unknown_key_problem(key, value, OmegaConf.get_type(parent))
     kind = _field_type(key)
     return type_problem(key, value, kind, getattr(kind, "__name__", str(kind)))
+
+
+#: Where a sweeper reads its search space from a config file; on the command line each
+#: dimension is an override of its own (``rl.temperature=interval(0.7,1.2)``).
+SWEEPER_PARAMS = "hydra.sweeper.params"
+
+
+def _mapping_into_null_problem(key: str, value: dict) -> Problem:
+    """A mapping given to a key that holds null (``hydra.sweeper.params`` until a config
+    file sets it): Hydra cannot merge into null, whatever the key's type says."""
+    if key == SWEEPER_PARAMS:
+        return Problem(
+            key,
+            value,
+            "holds null until a config file sets it, and Hydra cannot merge a mapping given "
+            "on the command line into null. On the command line each dimension of the search "
+            "space is an override of its own, as the sweeper's documentation writes them.",
+            fix({str(k): v for k, v in value.items()}, drops=(key,)),
+            Kind.override,
+        )
+    return Problem(
+        key,
+        value,
+        "holds null, and Hydra cannot merge a mapping given on the command line into null: "
+        "each of its keys is added as an override of its own.",
+        fix({f"++{key}.{k}": v for k, v in value.items()}, drops=(key,)),
+        Kind.override,
+    )
 
 
 def _entry_list(key: str) -> tuple[str, type] | None:

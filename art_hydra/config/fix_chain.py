@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,10 +106,34 @@ def _schema_type(key: str) -> tuple[Any, bool]:
 
 
 def _whole(key: str) -> bool:
-    """Whether an override of ``key`` replaces everything under it (a list or a mapping
-    field of the schema, such as ``task.rewards``), not a section merged key by key."""
+    """Whether an override of ``key`` replaces everything under it: a list field of the
+    schema (``task.rewards``). A mapping merges key by key, as Hydra merges it."""
     kind, _ = _schema_type(key)
-    return kind is not Any and not dataclasses.is_dataclass(kind)
+    return typing.get_origin(kind) is list
+
+
+def _is_mapping(override: Override) -> bool:
+    try:
+        return isinstance(override.value(), dict)
+    except Exception:
+        return True  # not plainly a leaf: left as written
+
+
+def _group(key: str) -> bool:
+    """Whether ``key`` names a config group (a section of the schema, or Hydra's own)."""
+    return "/" in key or dataclasses.is_dataclass(_schema_type(key)[0])
+
+
+def _replaces(override: Override) -> bool:
+    """Whether a plain override replaces the key's earlier overrides: a leaf, a list or a
+    group choice. A mapping value merges into what is there (``task.params={a: 1}``, or
+    ``task={path: x}`` beside ``task=jsonl``), as does any value of a mapping field; a
+    sweep, an add and a package are left as written."""
+    if override.is_sweep_override() or override.is_add() or override.package is not None:
+        return False
+    if typing.get_origin(_schema_type(override.key_or_group)[0]) is dict:
+        return False
+    return not _is_mapping(override)
 
 
 def settled(overrides: Sequence[str]) -> list[str]:
@@ -116,11 +141,16 @@ def settled(overrides: Sequence[str]) -> list[str]:
     the command line means what the report says (Hydra applies every override, and stops
     at the first that fails, even one a later override makes moot):
 
-    - a later ``key=value`` (not ``+``, not a sweep) replaces earlier overrides of the
-      same key, and of keys inside it where it is a list or mapping (``task.rewards``);
+    - a later ``key=value`` of a leaf, a list or a group choice (not ``+``, not a sweep,
+      not a mapping) replaces earlier overrides of the same key that are not mappings,
+      and of keys inside it where it is a list (``task.rewards``); where one it replaces
+      added a leaf (``+``/``++``), it adds it too (``++key=value``), as that key is not
+      in the config without it (a group added with ``+`` and chosen again is chosen:
+      ``+backend=torch backend=torch``);
     - ``~key`` takes back earlier overrides of ``key`` where the schema's section does not
       have it (``+trainer.lerning_rate=1e-5 ... ~trainer.lerning_rate``): Hydra cannot
-      delete a key from a typed section, and the key was only ever the user's own.
+      delete a key from a typed section, and the key was only ever the user's own; so
+      for Hydra's own settings (``hydra.sweeper.params={...} ... ~hydra.sweeper.params``).
 
     A command line Hydra accepts means the same before and after."""
     parser = OverridesParser.create()
@@ -130,29 +160,40 @@ def settled(overrides: Sequence[str]) -> list[str]:
             parsed.append(parser.parse_override(text))
         except Exception:
             parsed.append(None)  # composition reports it
+    out = list(overrides)
     keep = [True] * len(overrides)
     for i, override in enumerate(parsed):
         if override is None or override.is_sweep_override():
             continue
         key = override.key_or_group
         if override.is_delete():
-            if _schema_type(key)[1]:
+            if _schema_type(key)[1] or key.startswith("hydra."):
                 earlier = [j for j in range(i) if _sets(parsed[j], key) and keep[j]]
                 if earlier:
                     keep[i] = False
                     for j in earlier:
                         keep[j] = False
             continue
-        if override.is_add():
+        if not _replaces(override):
             continue
         whole = _whole(key)
         for j in range(i):
             other = parsed[j]
-            if other is None or not keep[j] or other.is_delete():
+            if (
+                other is None
+                or not keep[j]
+                or other.is_delete()
+                or other.is_sweep_override()
+                or other.package != override.package
+                or _is_mapping(other)
+            ):
                 continue
             if other.key_or_group == key or (whole and other.key_or_group.startswith(f"{key}.")):
                 keep[j] = False
-    return [text for text, kept in zip(overrides, keep, strict=True) if kept]
+                added = other.is_add() or other.is_force_add()
+                if added and other.key_or_group == key and not _group(key):
+                    out[i] = "++" + out[i].lstrip("+")
+    return [text for text, kept in zip(out, keep, strict=True) if kept]
 
 
 def _sets(override: Override | None, key: str) -> bool:

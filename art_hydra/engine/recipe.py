@@ -111,11 +111,30 @@ def settle_max_seq_length(run: RunConfig, loaded_config: Any = None) -> None:
         positions = None
         if model.source == ModelSource.pretrained:
             positions = model_files.model_positions(str(model.name), model.revision)
+            if positions is None:
+                positions = _hub_positions(str(model.name), model.revision)
         model.max_seq_length = derived_max_seq_length(run, positions)
     elif loaded_config is not None and hasattr(loaded_config, "to_dict"):
         found = model_files.position_limit(loaded_config.to_dict())
         if found is not None and found[1] < model.max_seq_length:
             model.max_seq_length = found[1]
+
+
+def _hub_positions(name: str, revision: str | None) -> int | None:
+    """The positions of a hub id not yet downloaded, from its config.json alone (the load
+    fetches it first anyway): a backend that sizes the model by the length it is given
+    (Unsloth scales RoPE past the positions) then loads with the derived one. None where
+    it cannot be fetched (offline): the load decides. Never runs a model's own code."""
+    from transformers import AutoConfig
+
+    from art_hydra import model_files
+
+    try:
+        config = AutoConfig.from_pretrained(name, revision=revision, trust_remote_code=False)
+    except Exception:
+        return None
+    found = model_files.position_limit(config.to_dict())
+    return found[1] if found else None
 
 
 def build_trainer_and_producer(

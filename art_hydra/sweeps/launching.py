@@ -103,8 +103,14 @@ class CheckedLaunches:
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> Sequence[JobReturn]:
-        """Check each point of a batch, refuse the invalid ones, launch the others."""
+        """Check each point of a batch, refuse the invalid ones, launch the others. A
+        sweeper's points are written as the command line's are (a key of an open mapping
+        or of a reward entry added with ``++``: Optuna's ``task.rewards.0.weight`` on an
+        entry whose file left it out), so the job composes what was checked."""
+        from art_hydra.config.composition import open_mapping_adds
+
         assert self.config is not None
+        job_overrides = [open_mapping_adds(point) for point in job_overrides]
         refused = self._refused(job_overrides, initial_job_idx)
         self.refused += len(refused)
         returns: dict[int, JobReturn] = {}

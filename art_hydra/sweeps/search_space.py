@@ -10,8 +10,10 @@ study learns to avoid that region instead of stopping.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from art_hydra import moved
 from art_hydra.config.hydra_compat import raw_list
-from art_hydra.config.problems import Problem, errors, fix, format_report
+from art_hydra.config.problems import Problem, Severity, errors, fix, format_report
 from art_hydra.sweeps.points import ranks_per_job
 from art_hydra.sweeps.reports import fail, sweep_report
 
@@ -64,8 +66,12 @@ def check_search_space(config: DictConfig, checker: Callable[[], Any]) -> None:
     from art_hydra.config.launch_plan import planned_launch
 
     wrong_way = direction_problems(config)
+    if wrong_way and config.get("strict", False):  # strict=true: a warning is fatal
+        wrong_way = [dataclasses.replace(p, severity=Severity.error) for p in wrong_way]
+    if errors(wrong_way):
+        fail(format_report(errors(wrong_way), footer="The study was not started."))
     if wrong_way:
-        fail(format_report(wrong_way, footer="The study was not started."))
+        sys.stderr.write(format_report(wrong_way) + "\n")
     fixed, dims = search_space(config)
     combos = combinations(dims)
     if combos is None:
@@ -98,9 +104,11 @@ def direction_problems(config: DictConfig) -> list[Problem]:
     """A study that goes another way than the objective: several directions (each job
     returns one objective), or the other direction (maximising a loss). The study would
     run, but it cannot do what was meant: it would search for the worst runs while the
-    sweep's summary ranks them the objective's way, and which of the two settings was
-    meant cannot be guessed. Both are refused before the first trial, like a point that
-    cannot run, each with the override that makes them agree."""
+    sweep's summary ranks them the objective's way. Several directions, and the
+    sweeper's own default (Optuna's ``minimize``, which the user never chose) going the
+    other way, are refused before the first trial, like a point that cannot run; a
+    direction the command line sets is the user's choice: the study runs as told, with a
+    warning (``strict=true`` refuses it). Each names the override that makes them agree."""
     wanted = OmegaConf.select(config, DIRECTION, default=None)
     if wanted is None:
         return []
@@ -139,6 +147,7 @@ def direction_problems(config: DictConfig) -> list[Problem]:
                 "search the objective's way",
                 alt=fix({"objective.direction": wanted}, "if the objective is what is wrong"),
             ),
+            severity=Severity.warning if given else Severity.error,
         )
     ]
 

@@ -160,6 +160,9 @@ def test_a_later_override_settles_the_earlier_ones_it_replaces() -> None:
     assert settled(["task.rewards.0.weight=2", "task.rewards=[{_target_: m.f}]"]) == [
         "task.rewards=[{_target_: m.f}]"
     ]
+    # A key the command line added stays added once its value is replaced.
+    assert settled(["+task.params.foo=1", "task.params.foo=2"]) == ["++task.params.foo=2"]
+    assert settled(["++task.params.foo=1", "task.params.foo=2"]) == ["++task.params.foo=2"]
 
 
 @pytest.mark.parametrize(
@@ -173,8 +176,16 @@ def test_a_later_override_settles_the_earlier_ones_it_replaces() -> None:
         ["model.name=x", "model=tiny"],
         # A section merges key by key: its keys set before stay.
         ["trainer.learning_rate=1", "trainer={max_steps: 2}"],
-        # A sweep is not a last word.
+        # A sweep is not a last word, nor is a value a sweep covers.
         ["trainer.max_steps=1", "trainer.max_steps=2,3"],
+        ["trainer.max_steps=2,3", "trainer.max_steps=1"],
+        # A mapping given to a group's key merges into the chosen option.
+        ["task=jsonl", "task={path: /data.jsonl}"],
+        ["model=pretrained", "model={name: /a/folder}"],
+        # A mapping field merges key by key too.
+        ["task.params.length=5", "task.params={alphabet: xy}"],
+        # A package's choice is its own.
+        ["model@x=tiny", "model=pretrained"],
     ],
 )
 def test_a_command_line_hydra_reads_keeps_its_meaning(line: list[str]) -> None:

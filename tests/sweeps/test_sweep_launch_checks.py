@@ -19,10 +19,17 @@ def _study(tmp_path: Path, *extra: str) -> tuple[int, str]:
     return proc.returncode, output_of(proc)
 
 
-def test_a_study_that_maximises_a_loss_is_refused_with_the_matching_direction(
+def test_a_study_told_to_maximise_a_loss_is_warned_and_refused_under_strict(
     tmp_path: Path,
 ) -> None:
-    code, out = _study(tmp_path, "algorithm=sft", "hydra.sweeper.direction=maximize")
+    """A direction the command line sets is the user's choice: the study runs as told,
+    with a warning naming the override that agrees with the objective; strict=true
+    refuses it before anything is written."""
+    told = ("algorithm=sft", "hydra.sweeper.direction=maximize")
+    code, out = _study(tmp_path, *told)
+    assert code == 0, out
+    assert "hydra.sweeper.direction = maximize" in out and "Traceback" not in out
+    code, out = _study(tmp_path, *told, "strict=true")
     assert code == 1, out
     assert report_entries(out) == [
         (
@@ -32,12 +39,13 @@ def test_a_study_that_maximises_a_loss_is_refused_with_the_matching_direction(
             "objective.direction=maximize (if the objective is what is wrong)",
         )
     ]
-    assert "The study was not started." in out and "Traceback" not in out
+    assert "The study was not started." in out
     assert not (tmp_path / "study").exists()
-    # Its first fix, pasted after the command line, starts the study.
+    # Its first fix, pasted after the command line, starts the study without a word.
     first = report_entries(out)[0][2].split(" (")[0]
-    code, out = _study(tmp_path, "algorithm=sft", "hydra.sweeper.direction=maximize", first)
+    code, out = _study(tmp_path, *told, "strict=true", first)
     assert code == 0, out
+    assert "hydra.sweeper.direction =" not in out
 
 
 def test_optunas_own_default_direction_is_named_as_such(tmp_path: Path) -> None:
@@ -123,3 +131,20 @@ def test_a_slurm_sweep_with_srun_is_not_refused_for_it(tmp_path: Path) -> None:
     out = output_of(proc)
     assert proc.returncode == 0, out
     assert "hydra/launcher = slurm" not in out and "pre-flight passed for 2 of 2" in out
+
+
+def test_a_search_space_given_as_a_mapping_is_told_the_overrides_that_work(
+    tmp_path: Path,
+) -> None:
+    """Hydra cannot merge ``hydra.sweeper.params={...}`` into the null it holds; it is no
+    unknown key (it was called one, with a fix repeating it): the fix writes each dimension
+    as its own override, and pasted after the command line it starts the study."""
+    given = ("hydra.sweeper.direction=maximize", 'hydra.sweeper.params={rl.top_k: "range(2,4)"}')
+    code, out = _study(tmp_path, *given)
+    assert code == 1, out
+    ((key, _, fix),) = report_entries(out)
+    assert (key, fix) == ("hydra.sweeper.params", "rl.top_k=range(2,4) ~hydra.sweeper.params")
+    assert "not a key" not in out and "Traceback" not in out
+    code, out = _study(tmp_path, *given, *fix.split())
+    assert code == 0, out
+    assert "rl.top_k=" in out
