@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from art_hydra import safe_json
-from art_hydra.safe_paths import open_regular
+from art_hydra.safe_paths import open_regular, path_refusal
 
 #: The largest config.json / index / tokenizer_config read (real ones are kilobytes).
 CONFIG_MAX_BYTES = 4 << 20
@@ -200,19 +200,34 @@ def folder_positions(folder: Path | None) -> int | None:
     return found[1] if found else None
 
 
-def model_positions(name: str, revision: str | None) -> int | None:
-    """The positions of ``model.name`` without loading it: a local folder's config.json,
-    or a hub id's cached snapshot's (None: neither is here; a hub id downloads at load)."""
-    local = Path(os.path.expanduser(name))
+def looks_local(name: str) -> bool:
+    """Whether ``model.name`` names a path rather than a hub id."""
+    return (
+        name.startswith(("/", "./", "../", "~"))
+        or os.path.exists(os.path.expanduser(name))
+        or not HUB_ID.match(name)
+    )
+
+
+def load_folder(name: str, revision: str | None) -> Path | None:
+    """The folder ``model.name`` loads from, without loading it: a local folder, or a hub
+    id's cached snapshot; None when neither is here (a hub id downloads at load), or for
+    a path the run may not read. The pre-flight and the run decide it here, alike."""
+    if path_refusal(os.path.expanduser(name)) is not None:
+        return None
+    if looks_local(name):
+        folder = Path(os.path.expanduser(name))
+        return folder if folder.is_dir() else None
     try:
-        folder = (
-            local
-            if local.is_dir()
-            else (cached_snapshot(name, revision) if HUB_ID.match(name) else None)
-        )
+        return cached_snapshot(name, revision)
     except OSError:
         return None
-    return folder_positions(folder)
+
+
+def model_positions(name: str, revision: str | None) -> int | None:
+    """The positions of ``model.name`` without loading it: its :func:`load_folder`'s
+    config.json (None: no folder is here yet)."""
+    return folder_positions(load_folder(name, revision))
 
 
 def vocab_size(config: dict[str, Any]) -> int | None:

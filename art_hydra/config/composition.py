@@ -46,9 +46,8 @@ from art_hydra.config.bounds import (
     bound_problems_of,
     condition_keys,
     schema_default,
-    type_hints,
 )
-from art_hydra.config.fix_chain import follow, settled
+from art_hydra.config.fix_chain import follow, schema_type, settled
 from art_hydra.config.launch_plan import launched_world_size
 from art_hydra.config.problems import (
     NOTHING_STARTED,
@@ -690,7 +689,7 @@ def _value_override_problem(cfg: DictConfig, override: Override, exc: BaseExcept
         parent_path = key.rpartition(".")[0]
         parent = OmegaConf.select(cfg, parent_path) if parent_path else cfg
         return unknown_key_problem(key, value, OmegaConf.get_type(parent))
-    kind = _field_type(key)
+    kind = schema_type(key)[0]
     return type_problem(key, value, kind, getattr(kind, "__name__", str(kind)))
 
 
@@ -727,7 +726,7 @@ def _entry_list(key: str) -> tuple[str, type] | None:
     (``task.rewards``) or lies inside one (``task.rewards.0.weight``)."""
     parts = key.split(".")
     for end in range(len(parts), 0, -1):
-        kind = _field_type(".".join(parts[:end]))
+        kind = schema_type(".".join(parts[:end]))[0]
         args = typing.get_args(kind)
         if typing.get_origin(kind) is list and args and dataclasses.is_dataclass(args[0]):
             return ".".join(parts[:end]), args[0]
@@ -821,7 +820,7 @@ def open_mapping_adds(overrides: Sequence[str]) -> list[str]:
         key = text[1:].partition("=")[0]
         parent = key.rpartition(".")[0]
         adds = text.startswith("+") and not text.startswith("++") and "=" in text
-        if adds and parent and typing.get_origin(_field_type(parent)) is dict:
+        if adds and parent and typing.get_origin(schema_type(parent)[0]) is dict:
             text = "+" + text
         elif _entry_key(text):
             # task.rewards.0.weight=2 sets the entry's key whether or not its file wrote
@@ -842,14 +841,6 @@ def _entry_key(text: str) -> bool:
         return False
     index, _, leaf = key[len(entries[0]) + 1 :].partition(".")
     return index.isdigit() and bool(leaf) and "." not in leaf
-
-
-def _field_type(key: str) -> Any:
-    cls: Any = RunConfig
-    for part in key.split("."):
-        hints = type_hints(cls) if isinstance(cls, type) else {}
-        cls = hints.get(part, Any)
-    return cls
 
 
 def _message(exc: BaseException) -> str:

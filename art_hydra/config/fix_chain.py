@@ -90,9 +90,10 @@ def appliable(problem: Problem) -> Fix | None:
 # ---- a fix pasted after the command line --------------------------------------------
 
 
-def _schema_type(key: str) -> tuple[Any, bool]:
+def schema_type(key: str) -> tuple[Any, bool]:
     """``(the type of key in the schema, whether its section is a dataclass that lacks
-    it)``: Any where the schema does not say (inside a list or an open mapping)."""
+    it)``: Any where the schema does not say (inside a list or an open mapping). The one
+    walk of the schema's types by a dotted key (composition reads it too)."""
     cls: Any = RunConfig
     parts = key.split(".")
     for i, part in enumerate(parts):
@@ -108,7 +109,7 @@ def _schema_type(key: str) -> tuple[Any, bool]:
 def _whole(key: str) -> bool:
     """Whether an override of ``key`` replaces everything under it: a list field of the
     schema (``task.rewards``). A mapping merges key by key, as Hydra merges it."""
-    kind, _ = _schema_type(key)
+    kind, _ = schema_type(key)
     return typing.get_origin(kind) is list
 
 
@@ -121,7 +122,7 @@ def _is_mapping(override: Override) -> bool:
 
 def _group(key: str) -> bool:
     """Whether ``key`` names a config group (a section of the schema, or Hydra's own)."""
-    return "/" in key or dataclasses.is_dataclass(_schema_type(key)[0])
+    return "/" in key or dataclasses.is_dataclass(schema_type(key)[0])
 
 
 def _replaces(override: Override) -> bool:
@@ -131,7 +132,7 @@ def _replaces(override: Override) -> bool:
     sweep, an add and a package are left as written."""
     if override.is_sweep_override() or override.is_add() or override.package is not None:
         return False
-    if typing.get_origin(_schema_type(override.key_or_group)[0]) is dict:
+    if typing.get_origin(schema_type(override.key_or_group)[0]) is dict:
         return False
     return not _is_mapping(override)
 
@@ -167,7 +168,7 @@ def settled(overrides: Sequence[str]) -> list[str]:
             continue
         key = override.key_or_group
         if override.is_delete():
-            if _schema_type(key)[1] or key.startswith("hydra."):
+            if schema_type(key)[1] or key.startswith("hydra."):
                 earlier = [j for j in range(i) if _sets(parsed[j], key) and keep[j]]
                 if earlier:
                     keep[i] = False

@@ -4,7 +4,6 @@ model's files are (the model, length and task checks all read them)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ from art_hydra import model_files
 from art_hydra.config import fields
 from art_hydra.config.problems import Kind, Problem, Severity, fix
 from art_hydra.config.schema import ModelSource
-from art_hydra.safe_paths import path_refusal
 
 
 def world_problem(key: str, value: Any, reason: str, remedy: Any, warning: bool = False) -> Problem:
@@ -44,23 +42,9 @@ def top_p_problems(cfg: DictConfig, drawable: int, what: str) -> list[Problem]:
     ]
 
 
-def looks_local(name: str) -> bool:
-    return (
-        name.startswith(("/", "./", "../", "~"))
-        or os.path.exists(os.path.expanduser(name))
-        or not model_files.HUB_ID.match(name)
-    )
-
-
 def model_folder(model_cfg: DictConfig) -> Path | None:
     """The folder the run will load ``model.name`` from (``model_cfg``: the model
-    section): a local folder, or a hub id's cached snapshot; None when there is none."""
+    section): :func:`~art_hydra.model_files.load_folder`; None for the tiny model."""
     if model_cfg.source != ModelSource.pretrained:
         return None
-    name = str(model_cfg.name)
-    if path_refusal(os.path.expanduser(name)) is not None:
-        return None
-    if looks_local(name):
-        folder = Path(os.path.expanduser(name))
-        return folder if folder.is_dir() else None
-    return model_files.cached_snapshot(name, model_cfg.revision)
+    return model_files.load_folder(str(model_cfg.name), model_cfg.revision)

@@ -22,7 +22,7 @@ from art_hydra import folder_tokenizer, model_files
 from art_hydra.config.problems import Problem, fix, placeholder
 from art_hydra.config.schema import AlgorithmName, FinetuneMethod, ModelSource
 from art_hydra.model_files import FolderError
-from art_hydra.preflight.common import looks_local as _looks_local
+from art_hydra.model_files import looks_local as _looks_local
 from art_hydra.preflight.common import top_p_problems, world_problem
 from art_hydra.preflight.hub import download_command, uncached_problems
 from art_hydra.safe_paths import file_refusal, path_refusal

@@ -22,8 +22,8 @@ from art_hydra.config.backends import get_backend
 from art_hydra.config.problems import Kind, Problem, fix
 from art_hydra.config.schema import DType, FinetuneMethod, ModelSource
 from art_hydra.engine.backends.adapters import ModuleTree, lora_name_problems
-from art_hydra.model_files import FolderError
-from art_hydra.preflight.common import looks_local, model_folder, world_problem
+from art_hydra.model_files import FolderError, looks_local
+from art_hydra.preflight.common import model_folder, world_problem
 
 
 def model_load_problems(cfg: DictConfig) -> list[Problem]:
