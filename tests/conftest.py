@@ -34,6 +34,7 @@ FOLDER_TIERS = {
     "tasks": "model",
     "distributed": "dist",
     "unsloth_stage": "slow",
+    "vllm_stage": "slow",
 }
 
 
@@ -201,3 +202,12 @@ def write_model_files(folder: Path, config: dict[str, Any]) -> Path:
         json.dumps({"eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"})
     )
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tiny llama folder whose heads vLLM's CPU kernel runs, for the whole vLLM stage
+    (every run reads it, none writes it): tests/vllm_folders.py."""
+    from vllm_folders import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))

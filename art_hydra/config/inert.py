@@ -6,10 +6,12 @@ A key can be inert because another choice makes the run skip it: LoRA settings u
 ``model.tiny.*`` with a pretrained model, a hub revision or remote code with the tiny
 model, ``eval.*`` with evaluation off, the rewards of an SFT run that does not evaluate,
 a tracker project without a tracker that has projects, the collectives' settings on one
-process. Each such value *the user set* is a warning naming the setting that makes it
-inert. tests/config/test_every_key.py holds every schema key to that: read, warned or
-refused. Where the ignored value is surely a mistake, a model or data path that would be
-ignored (``task.path`` without a file task, ``model.name`` as a path or hub id under
+process, vLLM's settings without the vLLM engine (and those of them its own choices
+skip), a rollout engine under SFT, the importance-sampling mode without a cap. Each such
+value *the user set* is a warning naming the setting that makes it inert.
+tests/config/test_every_key.py holds every schema key to that: read, warned or refused.
+Where the ignored value is surely a mistake, a model or data path that would be ignored
+(``task.path`` without a file task, ``model.name`` as a path or hub id under
 ``model.source=tiny``), it is an error: the run would train on something other than what
 the user pointed at.
 
@@ -44,6 +46,7 @@ from art_hydra.config import eval_rules
 from art_hydra.config.bounds import schema_default
 from art_hydra.config.launch_plan import world_size
 from art_hydra.config.problems import Kind, Problem, Severity, fix
+from art_hydra.config.rollout_rules import is_vllm
 from art_hydra.config.schema import (
     AlgorithmName,
     FinetuneMethod,
@@ -453,6 +456,111 @@ def distributed_settings_on_one_rank(cfg: DictConfig) -> Iterator[Problem]:
             alt=fix(note="launch several ranks: torchrun --nproc_per_node=2 -m art_hydra ..."),
         ),
         ("distributed.world_size", "hydra/launcher", "experiment"),
+    )
+
+
+def _changed(cfg: DictConfig, keys: list[str]) -> list[str]:
+    """The ``keys`` whose value differs from the schema's default: setting a key to what
+    the run does without it is harmless, and the default is each rule's own fix."""
+    return [
+        k
+        for k in keys
+        if _plain(OmegaConf.select(cfg, k, throw_on_missing=False))
+        != _plain(schema_default(RunConfig, k))
+    ]
+
+
+def _back_to_default(key: str, value: Any, alt: Any = None) -> Any:
+    return fix({key: schema_default(RunConfig, key)}, "the default", alt=alt or _drop(key, value))
+
+
+#: What makes the whole ``rollout`` section inert, and each of its keys.
+_VLLM = "rollout.vllm"
+
+
+@validator
+def rollout_settings_the_run_never_reads(cfg: DictConfig) -> Iterator[Problem]:
+    """The rollout engine samples RL's rollouts (and RL's evaluation): SFT samples nothing
+    to train on, and its evaluation generates with the built-in sampler on the policy
+    (engine/evaluation.py: an SFT run hands it no engine). rollout.vllm.* is read only by
+    rollout.engine=vllm, and then each key only where its choice applies
+    (:func:`vllm_settings_its_choices_skip`)."""
+    vllm_keys = [f"{_VLLM}.{k}" for k in cfg.rollout.vllm]
+    if cfg.algorithm.name != AlgorithmName.rl:
+        yield from _inert(
+            cfg,
+            _changed(cfg, ["rollout.engine", *vllm_keys]),
+            "algorithm=sft trains on the reference answers and samples no rollouts; its "
+            "evaluation generates with the built-in sampler on the policy",
+            "no rollout engine starts and its settings (rollout.*) are not used",
+            lambda key, value: _back_to_default(key, value, fix({"algorithm": "rl"})),
+            ("algorithm", "algorithm.name", "experiment"),
+        )
+        return
+    if not is_vllm(cfg):
+        yield from _inert(
+            cfg,
+            _changed(cfg, vllm_keys),
+            f"rollout.engine={cfg.rollout.engine} samples the rollouts, not vLLM",
+            "vLLM's settings (rollout.vllm.*) are not used",
+            lambda key, value: _back_to_default(key, value, fix({"rollout.engine": "vllm"})),
+            ("rollout.engine", "rollout", "experiment"),
+        )
+        return
+    yield from vllm_settings_its_choices_skip(cfg)
+
+
+def vllm_settings_its_choices_skip(cfg: DictConfig) -> Iterator[Problem]:
+    """Under rollout.engine=vllm: the LoRA rank it serves where no adapter reaches it,
+    the adapter's sync under full fine-tuning. (On a CPU vLLM reads the memory share
+    too: the share of the machine's memory it reserves.)"""
+    full = cfg.model.finetune == FinetuneMethod.full
+    if full or cfg.rollout.vllm.lora_sync != "adapter":
+        how = (
+            "model.finetune=full trains no adapter"
+            if full
+            else "rollout.vllm.lora_sync=merged sends the engine weights with the adapter merged"
+        )
+        turn_on = {"model.finetune": "lora"} if full else {"rollout.vllm.lora_sync": "adapter"}
+        yield from _inert(
+            cfg,
+            _changed(cfg, [f"{_VLLM}.max_lora_rank"]),
+            f"{how}: no LoRA adapter reaches the engine",
+            "the engine serves no LoRA and its largest rank is not used",
+            lambda key, value: _back_to_default(key, value, fix(turn_on)),
+            ("model.finetune", "model", f"{_VLLM}.lora_sync", "rollout", "experiment"),
+        )
+    if full:
+        yield from _inert(
+            cfg,
+            _changed(cfg, [f"{_VLLM}.lora_sync"]),
+            "model.finetune=full trains every weight with no adapter, and the engine is "
+            "sent those weights after each step",
+            "how an adapter would reach the engine is not used",
+            lambda key, value: fix({"model.finetune": "lora"}, alt=_back_to_default(key, value)),
+            ("model.finetune", "model", "experiment"),
+        )
+
+
+@validator
+def importance_sampling_mode_without_a_cap(cfg: DictConfig) -> Iterator[Problem]:
+    """rl.importance_sampling_mode says how rl.importance_sampling_cap corrects the
+    sampler/trainer gap; with no cap there is no correction to shape (rl/losses.py reads
+    the mode only with a cap). Under SFT the rl.* rule reports it."""
+    if cfg.algorithm.name != AlgorithmName.rl or cfg.rl.importance_sampling_cap is not None:
+        return
+    yield from _inert(
+        cfg,
+        _changed(cfg, ["rl.importance_sampling_mode"]),
+        "rl.importance_sampling_cap is null: no importance-sampling correction is applied "
+        "(the sampling_mismatch metrics still report the gap)",
+        "the correction's mode is not used",
+        lambda key, value: fix(
+            {"rl.importance_sampling_cap": 2.0},
+            "correct the gap in this mode (TRL's default cap)",
+            alt=_back_to_default(key, value),
+        ),
+        ("rl.importance_sampling_cap", "experiment"),
     )
 
 

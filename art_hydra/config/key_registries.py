@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from art_hydra.config import advantage_estimators, backends, policy_losses
+from art_hydra.config import advantage_estimators, backends, policy_losses, rollout_engines
 from art_hydra.config.plugin_registry import PluginRegistry
 from art_hydra.config.problems import Problem
 
@@ -18,6 +18,7 @@ REGISTRIES: dict[str, PluginRegistry[Any]] = {
     "policy_loss": policy_losses.REGISTRY,
     "backend": backends.REGISTRY,
     "advantage_estimator": advantage_estimators.REGISTRY,
+    "rollout_engine": rollout_engines.REGISTRY,
 }
 
 

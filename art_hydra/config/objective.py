@@ -48,9 +48,23 @@ CONDITIONAL_METRICS: dict[str, tuple[str, Callable[[Any], bool]]] = {
         "algorithm=rl rl.loss_type=cispo",
         lambda cfg: _name(cfg.algorithm.name) == "rl" and _name(cfg.rl.loss_type) == "cispo",
     ),
+    # The share of trained tokens a masking importance-sampling mode gave weight 0.
+    "importance_sampling_masked_fraction": (
+        "algorithm=rl rl.importance_sampling_cap set and rl.importance_sampling_mode="
+        "token_mask or sequence_mask",
+        lambda cfg: _importance_masked(cfg),
+    ),
     # 1 when float16 loss scaling skipped the step (an infinite gradient), else 0.
     "step_skipped": ("model.dtype=float16 on backend=torch", lambda cfg: _loss_scaled(cfg)),
 }
+
+
+def _importance_masked(cfg: Any) -> bool:
+    """Whether the run corrects the sampler/trainer gap by masking: a cap is set (the
+    mode is read only then) and the mode drops tokens rather than truncating them."""
+    if _name(cfg.algorithm.name) != "rl" or cfg.rl.importance_sampling_cap is None:
+        return False
+    return _name(cfg.rl.importance_sampling_mode).endswith("_mask")
 
 
 def _loss_scaled(cfg: Any) -> bool:
@@ -106,6 +120,7 @@ LOWER_IS_BETTER = frozenset(
         "step_time_s",
         *RL_STAT_METRICS,
         "cispo_capped_fraction",
+        "importance_sampling_masked_fraction",
         "step_skipped",
         "eval/loss",
     }

@@ -471,6 +471,19 @@ class RLConfig:
         ),
         legacy=None,
     )
+    importance_sampling_mode: str = setting(
+        "token_truncate",
+        choices=("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"),
+        help=(
+            "How rl.importance_sampling_cap corrects the sampler/trainer gap (TRL's "
+            "vllm_importance_sampling_mode): token_truncate weighs each token by min(ratio, cap); "
+            "token_mask drops tokens whose ratio exceeds the cap; sequence_truncate and "
+            "sequence_mask do the same with one ratio per completion, exp(sum of the token log "
+            "ratios) (the TIS and MIS of the literature). Read only when the cap is set."
+        ),
+        resume=MAY_CHANGE,
+        legacy="token_truncate",
+    )
     overlap_rollouts: bool = setting(
         False,
         help=(
@@ -480,6 +493,118 @@ class RLConfig:
         ),
         legacy=False,
     )
+
+
+@dataclass
+class VLLMConfig:
+    """vLLM's own settings (``rollout.engine=vllm``): its offline engine, colocated in the
+    trainer's process. Each is passed to ``vllm.LLM`` (or its CPU environment) as named."""
+
+    gpu_memory_utilization: float = setting(
+        0.3,
+        gt=0,
+        le=1,
+        why="it is the share of the GPU's memory the engine may take.",
+        help=(
+            "Share of the device's memory the engine takes for its weights and KV cache (on a "
+            "CPU, vLLM reads it as the share of the machine's memory it reserves, its KV cache "
+            "being what the process leaves of it). The trainer shares the device, so it is "
+            "well below vLLM's own 0.9 (TRL's colocate default is 0.3)."
+        ),
+        resume=MAY_CHANGE,
+        legacy=0.3,
+    )
+    enforce_eager: bool = setting(
+        False,
+        help=(
+            "Run the engine without CUDA graphs and torch.compile: slower decoding, a much "
+            "faster start (on a CPU 2.5 s instead of 20-30 s) and less memory."
+        ),
+        resume=MAY_CHANGE,
+        legacy=False,
+    )
+    kv_cache_gib: float | None = setting(
+        None,
+        gt=0,
+        why="the KV cache must hold at least one sequence.",
+        help=(
+            "KV-cache space in GiB (vLLM's kv_cache_memory_bytes; on a CPU the environment's "
+            "VLLM_CPU_KVCACHE_SPACE wins over it). null: the engine sizes it from "
+            "rollout.vllm.gpu_memory_utilization."
+        ),
+        resume=MAY_CHANGE,
+        legacy=None,
+    )
+    max_model_len: int | None = setting(
+        None,
+        ge=2,
+        why="a sequence holds a prompt token and a sampled one.",
+        help=(
+            "Longest sequence (prompt + completion) the engine holds. null: "
+            "rl.max_prompt_length + rl.max_completion_length. Refused above the model's "
+            "positions or below what a rollout needs."
+        ),
+        resume=MAY_CHANGE,
+        legacy=None,
+    )
+    max_lora_rank: int | None = setting(
+        None,
+        ge=1,
+        why="a LoRA has a rank of at least 1.",
+        help=(
+            "Largest LoRA rank the engine serves (vLLM's max_lora_rank; one of 1, 8, 16, 32, "
+            "64, 128, 256, 320, 512). null: the smallest of those that holds model.lora.r. "
+            "Read when LoRA weights reach the engine as an adapter (rollout.vllm.lora_sync)."
+        ),
+        resume=MAY_CHANGE,
+        legacy=None,
+    )
+    lora_sync: str = setting(
+        "adapter",
+        choices=("adapter", "merged"),
+        help=(
+            "How a LoRA run's weights reach the engine after each optimizer step: adapter "
+            "(the new adapter is loaded as a vLLM LoRA, as ART does; vLLM serves LoRA on "
+            "linear layers only, so model.lora.modules_to_save needs merged) or merged (the "
+            "adapter's deltas are added to the base weights and those tensors loaded, as TRL "
+            "does; any target works, the engine holds full weights)."
+        ),
+        resume=MAY_CHANGE,
+        legacy="adapter",
+    )
+    sleep: bool | None = setting(
+        None,
+        help=(
+            "Free the engine's memory while the trainer steps (vLLM's sleep mode, level 1: "
+            "weights offloaded, KV cache dropped) and wake it to sample. null: on where the "
+            "device supports it (CUDA) and rollouts do not overlap training; true on a CPU is "
+            "refused."
+        ),
+        resume=MAY_CHANGE,
+        legacy=None,
+    )
+
+
+@dataclass
+class RolloutConfig:
+    """What generates completions (rollouts, evaluation, ``art-hydra generate``): the
+    built-in torch sampler, or an inference engine behind the same interface."""
+
+    engine: str = setting(
+        "torch",
+        help=(
+            "The rollout engine: a name registered with register_rollout_engine "
+            "(art_hydra.config.rollout_engines): torch (the built-in sampler, on the policy "
+            "itself), vllm (vLLM's offline engine, colocated, its weights synced after every "
+            "optimizer step), or one a plugin registers."
+        ),
+        registry="rollout_engine",
+        # Every engine takes the policy's weights at a resume, and the sampling stream is
+        # the producer's: a resumed run may move to another engine.
+        resume=MAY_CHANGE,
+        legacy="torch",
+    )
+    vllm: VLLMConfig = section(VLLMConfig, help="vLLM's settings (rollout.engine=vllm).")
 
 
 @dataclass
@@ -956,6 +1081,9 @@ class RunConfig:
         SFTConfig,
         when=("algorithm.name", AlgorithmName.sft),
         help="SFT settings (used when algorithm=sft).",
+    )
+    rollout: RolloutConfig = section(
+        RolloutConfig, help="What generates completions: the torch sampler or an engine."
     )
     producer: ProducerConfig = section(ProducerConfig, help="Rollout producer.")
     queue: QueueConfig = section(QueueConfig, help="Producer <-> trainer queue.")

@@ -18,7 +18,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from art_hydra.config import run_files
+from art_hydra.config import (
+    rollout_rules,  # noqa: F401  (registers the engine rules)
+    run_files,
+)
 from art_hydra.config.backends import Backend, backends, get_backend
 from art_hydra.config.eval_rules import PREFIX as EVAL_PREFIX  # registers the eval rules
 from art_hydra.config.eval_rules import objective_problem as eval_objective_problem

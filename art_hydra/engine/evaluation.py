@@ -73,12 +73,27 @@ class Evaluator:
     task's ``rewards``, as ``cfg.eval`` says."""
 
     def __init__(
-        self, cfg: RunConfig, loaded: Any, rewards: list[Any], examples: list[Example], world: Any
+        self,
+        cfg: RunConfig,
+        loaded: Any,
+        rewards: list[Any],
+        examples: list[Example],
+        world: Any,
+        engine: Any = None,
     ) -> None:
         from art_hydra.engine.producer import encode_checked, stop_token_ids
         from art_hydra.engine.rl.sampling import SamplingSettings, suppressed_ids
+        from art_hydra.engine.rollout.torch_engine import TorchRollout
 
         self.cfg, self.ev, self.loaded, self.rewards = cfg, cfg.eval, loaded, rewards
+        #: What generates the completions: the run's engine where it holds weights of its
+        #: own (synced to the policy after every step), else the torch sampler on the
+        #: policy itself (never the overlapped copy: evaluation runs between steps).
+        self.engine = (
+            engine
+            if engine is not None and getattr(engine, "model", None) is None
+            else TorchRollout.on(loaded)
+        )
         self.rank, self.ranks = (world.rank, world.size) if world is not None else (0, 1)
         self.world = world
         self.examples = examples
@@ -114,13 +129,20 @@ class Evaluator:
 
     @classmethod
     def for_run(
-        cls, cfg: RunConfig, loaded: Any, examples: list[Example], rewards: list[Any], world: Any
+        cls,
+        cfg: RunConfig,
+        loaded: Any,
+        examples: list[Example],
+        rewards: list[Any],
+        world: Any,
+        engine: Any = None,
     ) -> Evaluator | None:
         """The run's evaluator (None with evaluation off), on the data and with the
-        rewards :func:`art_hydra.engine.recipe.build_run_parts` handed the recipe."""
+        rewards :func:`art_hydra.engine.recipe.build_run_parts` handed the recipe, and
+        the run's rollout engine (None: the torch sampler)."""
         if not enabled(cfg):
             return None
-        return cls(cfg, loaded, rewards, examples, world)
+        return cls(cfg, loaded, rewards, examples, world, engine)
 
     def describe(self) -> str:
         """The start-up line: what is evaluated, on what, how often."""
@@ -220,7 +242,7 @@ class Evaluator:
                     self._loss(model, examples, prompts, sums)
                 if not self.rewards:
                     continue
-                rows = self._generate(model, examples, prompts, self.greedy, generator, step)
+                rows = self._generate(examples, prompts, self.greedy, generator, step)
                 for example, text, tokens, total, scores in rows:
                     sums.n += 1
                     sums.reward += total
@@ -251,7 +273,7 @@ class Evaluator:
                     repeated = [p for p in prompts for _ in range(k)]
                     many = [ex for ex in examples for _ in range(k)]
                     for example, text, _, total, _ in self._generate(
-                        model, many, repeated, self.sampled, generator, step
+                        many, repeated, self.sampled, generator, step
                     ):
                         sums.sampled_n += 1
                         sums.sampled += total
@@ -263,7 +285,6 @@ class Evaluator:
 
     def _generate(
         self,
-        model: Any,
         examples: list[Example],
         prompts: list[list[int]],
         settings: Any,
@@ -271,21 +292,15 @@ class Evaluator:
         step: int,
     ) -> list[tuple[Example, str, list[int], float, dict[str, float | None]]]:
         """One completion per prompt under ``settings``, scored by every reward."""
-        from art_hydra.engine.rl.sampling import sample
+        from art_hydra.engine.rollout.base import Request
         from art_hydra.tasks.scoring import score_rewards
 
         tok = self.loaded.tokenizer
-        completions, _ = sample(
-            model,
-            prompts,
-            self.max_new,
-            settings,
-            self.stop_ids,
-            tok.pad_token_id,
-            generator,
-            left_padding=self.loaded.layout.left_padding,
-            timeout_s=self.cfg.timeouts.rollout_s,
+        requests = [Request(tuple(p), self.max_new, self.stop_ids) for p in prompts]
+        done = self.engine.generate(
+            requests, settings, generator, timeout_s=self.cfg.timeouts.rollout_s
         )
+        completions = [c.token_ids for c in done]
         texts = tok.batch_decode(completions, skip_special_tokens=True)
         pairs = list(zip(examples, texts, strict=True))
         scores = score_rewards(

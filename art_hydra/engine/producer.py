@@ -19,7 +19,8 @@ from art_hydra import moved
 from art_hydra.engine.distributed import World, seed_for
 from art_hydra.engine.packing import PackedBatch, Sequence, completion_values, one_step, pack
 from art_hydra.engine.rl.advantages import group_advantages
-from art_hydra.engine.rl.sampling import SamplingSettings, sample
+from art_hydra.engine.rl.sampling import SamplingSettings
+from art_hydra.engine.rollout.base import Request, build_rollout_engine
 from art_hydra.engine.trainer import eval_mode, packed_logprobs
 from art_hydra.errors import InvalidDistributionError, StallError
 from art_hydra.tasks import Example, Task, TaskDataError
@@ -259,11 +260,14 @@ class RLProducer:
         cfg: RunConfig,
         sampling: SamplingSettings,
         world: World | None = None,
+        engine: Any = None,
     ) -> None:
         """``cfg`` is the run's validated config: the producer reads its ``rl``,
         ``producer`` and ``timeouts`` sections, the completions per step
         (``trainer.per_device_train_batch_size``), ``model.max_seq_length`` and ``seed``.
-        ``sampling`` must be the trainer's, so logprobs match rollouts."""
+        ``sampling`` must be the trainer's, so logprobs match rollouts. ``engine`` is the
+        rollout engine (:mod:`art_hydra.engine.rollout`; None: the one ``rollout.engine``
+        names, built here)."""
         rl_cfg, producer_cfg, seed = cfg.rl, cfg.producer, cfg.seed
         self.loaded = loaded
         self.task = task
@@ -304,11 +308,9 @@ class RLProducer:
         #: The optimizer step the next generation batch is sampled for (0: the warmup
         #: pass), set by the run; errors of sampling name it.
         self.step: int | None = None
-        #: With rl.overlap_rollouts, the copy of the policy that samples while the trainer
-        #: trains (refreshed from the policy after every optimizer step).
-        self.sampler: Any = None
-        if rl_cfg.overlap_rollouts:
-            self.sampler = loaded.frozen_copy()
+        #: What samples the rollouts (rollout.engine): the torch sampler on the policy (or,
+        #: with rl.overlap_rollouts, on a copy of it), or an engine holding its own weights.
+        self.engine = engine if engine is not None else build_rollout_engine(loaded, cfg, world)
 
     def needs_rollouts(self) -> bool:
         """Whether the next input needs a new generation batch."""
@@ -321,17 +323,17 @@ class RLProducer:
             chunks = self._generate()
             self.pending = [c for _ in range(self.rl.num_iterations) for c in chunks]
 
-    @torch.no_grad()
     def refresh_sampler(self) -> None:
-        """Copy the trained weights into the sampler (after an optimizer step, while
-        neither thread computes); frozen weights never change and are skipped."""
-        if self.sampler is None:
-            return
-        policy = dict(self.loaded.model.named_parameters())
-        for name, param in self.sampler.named_parameters():
-            source = policy[name]
-            if source.requires_grad:
-                param.copy_(source)
+        """Give the rollout engine the trained weights (after an optimizer step or a
+        resume, while neither thread computes)."""
+        self.engine.sync_weights()
+
+    @property
+    def sampled_from(self) -> Any:
+        """The torch module whose weights the rollouts were sampled with: the engine's
+        own where it samples from one (the torch sampler, or its overlapped copy), else
+        the policy, whose weights an engine holding its own copy was synced to."""
+        return getattr(self.engine, "model", None) or self.loaded.model
 
     def make_inputs(self) -> list[PackedBatch]:
         """The next optimizer step's input (sampling a generation batch when none is left)."""
@@ -390,25 +392,21 @@ class RLProducer:
         policy) their old logprobs. Sampled in the precision the trainer computes in (its
         autocast), so the sampler's logprobs differ from the training forward's by
         kernels alone."""
-        sampler = self.sampler if self.sampler is not None else self.loaded.model
-        pad = self.loaded.tokenizer.pad_token_id
-        with eval_mode(sampler) as model, self.loaded.compute_precision():
-            try:
-                completions, logprobs = sample(
-                    model,
-                    repeated,
-                    self.rl.max_completion_length,
-                    self.sampling,
-                    self.stop_ids,
-                    pad,
-                    self.generator,
-                    left_padding=self.loaded.layout.left_padding,
-                    timeout_s=self.timeouts.rollout_s,
-                )
-            except InvalidDistributionError as exc:  # name the step and the prompts
-                prompts = [ex.prompt for ex in examples for _ in range(self.rl.num_generations)]
-                raise exc.located(self.step, prompts) from None
-            old = None if self.on_policy else self._old_logprobs(model, repeated, completions)
+        budget, stops = self.rl.max_completion_length, self.stop_ids
+        requests = [Request(tuple(p), budget, stops) for p in repeated]
+        try:
+            done = self.engine.generate(
+                requests, self.sampling, self.generator, timeout_s=self.timeouts.rollout_s
+            )
+        except InvalidDistributionError as exc:  # name the step and the prompts
+            prompts = [ex.prompt for ex in examples for _ in range(self.rl.num_generations)]
+            raise exc.located(self.step, prompts) from None
+        completions = [c.token_ids for c in done]
+        logprobs = [c.logprobs for c in done]
+        if self.on_policy:
+            return completions, logprobs, None
+        with eval_mode(self.sampled_from) as model, self.loaded.compute_precision():
+            old = self._old_logprobs(model, repeated, completions)
         return completions, logprobs, old
 
     def _score(

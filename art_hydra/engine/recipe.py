@@ -57,6 +57,9 @@ class RunParts:
     eval_examples: list[Example]
     #: The task's rewards, which score the evaluation's completions as they score rollouts.
     eval_rewards: list[Any]
+    #: What generates (rollout.engine): the producer's rollouts and RL evaluation's
+    #: completions; None for SFT, whose evaluation samples with the torch sampler.
+    engine: Any = None
 
 
 def build_run_parts(
@@ -70,6 +73,7 @@ def build_run_parts(
     from art_hydra.engine.backends import load_model
     from art_hydra.engine.producer import RLProducer, SFTProducer
     from art_hydra.engine.rl.sampling import SamplingSettings, suppressed_ids
+    from art_hydra.engine.rollout.base import build_rollout_engine
     from art_hydra.engine.trainer import Trainer, TrainingLoss
     from art_hydra.tasks import build_task
     from art_hydra.tasks.held_out import eval_examples
@@ -93,8 +97,9 @@ def build_run_parts(
     # One settings object for rollouts and training logprobs: they must never differ.
     sampling = SamplingSettings.from_config(run.rl, suppressed_ids(loaded.tokenizer))
     trainer = Trainer(loaded, run.trainer, TrainingLoss.for_rl(run.rl, sampling), world)
-    producer = RLProducer(loaded, task, run, sampling, world)
-    return RunParts(trainer, producer, held, task.rewards)
+    engine = build_rollout_engine(loaded, run, world)
+    producer = RLProducer(loaded, task, run, sampling, world, engine)
+    return RunParts(trainer, producer, held, task.rewards, engine)
 
 
 def settle_max_seq_length(run: RunConfig, loaded_config: Any = None) -> None:
@@ -341,7 +346,12 @@ class TrainingRecipe:
         from art_hydra.engine.evaluation import Evaluator
 
         self.evaluator = Evaluator.for_run(
-            self.run, self.trainer.loaded, parts.eval_examples, parts.eval_rewards, self.world
+            self.run,
+            self.trainer.loaded,
+            parts.eval_examples,
+            parts.eval_rewards,
+            self.world,
+            parts.engine,
         )
         if self.evaluator is not None:
             log.info("%s", self.evaluator.describe())
@@ -500,7 +510,8 @@ class TrainingRecipe:
         result = channel.result(step)
         if ahead is not None:
             ahead.wait()
-            producer.refresh_sampler()
+        if self.run.algorithm.name == AlgorithmName.rl:
+            producer.refresh_sampler()  # the next rollouts sample from this step's weights
         return result
 
     def _evaluate(self, step: int) -> list[dict[str, Any]]:
@@ -546,6 +557,9 @@ class TrainingRecipe:
         """Close the channel and the run's record, also while the loop raises: the record
         ends with the run's state (done, interrupted or failed)."""
         self.channel.close()
+        engine = getattr(self.producer, "engine", None)
+        if engine is not None:
+            engine.close()
         raising = sys.exc_info()[0] is not None
         # A stop that came after the last step stopped nothing: the run is finished.
         self.complete = self.trainer.step >= self.run.trainer.max_steps and not raising
@@ -659,6 +673,9 @@ def _log_what_trains(run: RunConfig, ranks: Any, trainer: Any, producer: Any) ->
         threads = torch.get_num_threads()
         size = ranks.world.size
         log_start_summary(run, trainer.loaded, producer.task, parameters, size, threads)
+        engine = getattr(producer, "engine", None)
+        if engine is not None and run.rollout.engine != "torch":
+            log.info("%s", engine.describe())
     else:
         log.info("%s", parameter_line(run, trainer.model))
 

@@ -25,10 +25,10 @@ from art_hydra.engine.queue import StepWork
 from art_hydra.engine.rl.logprobs import PolicyLogprobs
 from art_hydra.engine.rl.losses import (
     PolicyLossSettings,
+    importance_weight,
     policy_loss,
     sampling_mismatch,
     sft_loss,
-    truncated_importance_weight,
 )
 from art_hydra.engine.rl.sampling import SamplingSettings
 
@@ -385,11 +385,15 @@ class Trainer:
             # this forward's, detached (as TRL does), so the ratio is exactly 1; the
             # sampler's own only measure (and optionally correct) their difference.
             old = logprobs.detach() if batch.on_policy else batch.old_logprobs
-            cap = self.training_loss.rl.importance_sampling_cap
+            settings = self.training_loss.rl
+            cap = settings.importance_sampling_cap
             sampler = batch.sampler_logprobs
-            weight = None
+            weight, weight_stats = None, {}
             if cap is not None and sampler is not None:
-                weight = truncated_importance_weight(old, sampler, mask, cap)
+                mode = settings.importance_sampling_mode
+                weight, weight_stats = importance_weight(
+                    old, sampler, mask, batch.seq_ids, cap, mode
+                )
             loss, stats = policy_loss(
                 logprobs,
                 old,
@@ -400,6 +404,7 @@ class Trainer:
                 ref,
                 weight,
             )
+            stats.update(weight_stats)
             if sampler is not None:
                 stats.update(sampling_mismatch(old, sampler, mask))
         else:

@@ -25,6 +25,7 @@ from art_hydra.preflight.evaluation import evaluation_problems
 from art_hydra.preflight.folders import for_sweep, run_folder_problems
 from art_hydra.preflight.model import model_problems
 from art_hydra.preflight.model_load import model_load_problems
+from art_hydra.preflight.rollout_engine import rollout_engine_problems
 from art_hydra.preflight.task import task_problems
 from art_hydra.preflight.trackers import tracker_problems
 from art_hydra.preflight.world_check_registry import (
@@ -77,6 +78,7 @@ ENVIRONMENT_SECTIONS = (
     "strict",
     "logging",
     "eval",
+    "rollout",
 )
 
 
@@ -97,6 +99,7 @@ _READS: dict[str, tuple[str, ...]] = {
     "backend": ("backend", "distributed", "model"),
     "trackers": ("logging",),
     "eval": ("eval", "task", "algorithm", "rl", "sft", "seed"),
+    "rollout": ("rollout", "model", "backend", "algorithm", "rl", "eval"),
 }
 
 
@@ -207,6 +210,7 @@ def _register_own_checks() -> None:
         ("backend", backend_problems, True),
         ("trackers", tracker_problems, False),
         ("eval", evaluation_problems, False),
+        ("rollout", rollout_engine_problems, True),
     ):
         world_check(check, name=name, reads=_READS[name], devices=devices)
 

@@ -91,3 +91,14 @@ def test_a_prompt_the_tokenizer_cannot_encode_is_refused(
     assert code == 2 and "'Ä'" in err and out == "", err
     code, out, err = _generate(str(runs["tiny"]), "-p", "abc", cwd=tmp_path)
     assert code == 0 and "'abc' -> " in out, err
+
+
+def test_the_vllm_engine_where_vllm_is_missing_is_one_line(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    """``--engine vllm`` (or ``rollout.engine=vllm``, as a run spells it) without vLLM
+    installed (this environment) names the extra to install, with no traceback."""
+    for spelling in (["--engine", "vllm"], ["rollout.engine=vllm"]):
+        code, out, err = _generate(str(runs["tiny"]), "-p", "abc", *spelling, cwd=tmp_path)
+        assert code == 2 and "Traceback" not in err and out == "", err
+        assert "art-hydra[vllm]" in err and "leave --engine out" in err

@@ -32,6 +32,7 @@ from art_hydra.config.bounds import type_hints
 from art_hydra.config.composition import compose_and_check, make_loader
 from art_hydra.config.eval_rules import enabled as evaluates
 from art_hydra.config.fields import leaves
+from art_hydra.config.inert import sweeping
 from art_hydra.config.policy_losses import LOSS_SETTINGS, get_policy_loss
 from art_hydra.config.problems import Problem, Severity
 from art_hydra.config.schema import AlgorithmName, FinetuneMethod, ModelSource, TaskSource
@@ -42,6 +43,8 @@ SCENARIOS: dict[str, list[str]] = {
     "rl+eval": ["algorithm=rl", "eval.fraction=0.1"],
     "sft": ["algorithm=sft"],
     "sft+eval": ["algorithm=sft", "eval.fraction=0.1"],
+    # vLLM loads a model folder (refused for the tiny one); composition reads no files.
+    "rl+vllm": ["algorithm=rl", "model=pretrained", "model.name=org/model", "rollout.engine=vllm"],
 }
 
 Reads = Callable[[DictConfig], bool]
@@ -89,6 +92,16 @@ def _rewards_called(c: DictConfig) -> bool:
 
 def _several_ranks(c: DictConfig) -> bool:
     return (c.distributed.world_size or 1) > 1
+
+
+def _vllm(also: Reads = every_run) -> Reads:
+    """A rollout.vllm.* setting: read when vLLM samples RL's rollouts (SFT samples none,
+    and its evaluation uses the built-in sampler), and ``also`` holds."""
+    return lambda c: _rl(c) and str(c.rollout.engine) == "vllm" and also(c)
+
+
+def _adapter_synced(c: DictConfig) -> bool:
+    return _lora(c) and c.rollout.vllm.lora_sync == "adapter"
 
 
 #: When the run reads each key: the declaration this test checks the rules against.
@@ -146,6 +159,15 @@ READ_WHEN: dict[str, Reads] = {
             "overlap_rollouts",
         )
     },
+    "rl.importance_sampling_mode": lambda c: _rl(c) and c.rl.importance_sampling_cap is not None,
+    # The engine samples RL's rollouts and RL's evaluation; SFT's evaluation uses the
+    # built-in sampler on the policy (engine/evaluation.py gets no engine from SFT).
+    "rollout.engine": _rl,
+    "rollout.vllm.gpu_memory_utilization": _vllm(),
+    **{f"rollout.vllm.{k}": _vllm() for k in ("enforce_eager", "kv_cache_gib", "sleep")},
+    "rollout.vllm.max_model_len": _vllm(),
+    "rollout.vllm.max_lora_rank": _vllm(_adapter_synced),
+    "rollout.vllm.lora_sync": _vllm(_lora),
     "rl.max_completion_length": _rl_or(lambda c: c.eval.max_completion_length is None),
     "rl.top_k": _rl_or(lambda c: c.eval.num_samples > 0),
     "rl.top_p": _rl_or(lambda c: c.eval.num_samples > 0),
@@ -227,6 +249,11 @@ VALUES: dict[str, str] = {
     "rl.importance_sampling_cap": "3.0",
     "rl.loss_type": "cispo",
     "rl.advantage_estimator": "group_relative",
+    "rl.importance_sampling_mode": "token_mask",
+    # Refused under RL on the tiny model (vLLM loads a model folder); warned under SFT.
+    "rollout.engine": "vllm",
+    "rollout.vllm.lora_sync": "merged",
+    "rollout.vllm.sleep": "false",
     "task.name": "mytask",
     "task.generator": "art_hydra.tasks.toy.digit_sum_examples",
     "task.path": "/data/train.jsonl",
@@ -251,14 +278,20 @@ VALUES: dict[str, str] = {
     "resume": "auto",
 }
 
+#: Values for a string key whose VALUES entry a scenario already has (rl+vllm).
+BACK_VALUES: dict[str, str] = {"rollout.engine": "torch", "model.lora.modules_to_save": "[lm_head]"}
+
 #: The one advantage estimator registered: no other value exists to set.
 ONLY_CHOICE = {"rl.advantage_estimator"}
 
 
 def _other_value(key: str, current: Any, kind: Any) -> str:
     """A valid value of ``key`` other than ``current``, as an override spells it."""
-    if key in VALUES:
+    spelt = current.name if isinstance(current, enum.Enum) else str(current)
+    if key in VALUES and VALUES[key] != spelt:
         return VALUES[key]
+    if key in BACK_VALUES:  # the scenario already has VALUES[key]
+        return BACK_VALUES[key]
     if isinstance(current, bool) or kind is bool:
         return str(not current).lower()
     if isinstance(current, enum.Enum):
@@ -379,3 +412,76 @@ def test_collective_settings_are_read_once_several_ranks_are_launched(
     monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun starts each rank
     found = _problems(loader, *overrides, "trainer.per_device_train_batch_size=16")
     assert not {"distributed.backend", "distributed.timeout_s"} & set(found)
+
+
+#: vLLM on a pretrained model (composition reads no files: a hub id stands for a folder).
+VLLM_RUN = ("model=pretrained", "model.name=org/model", "rollout.engine=vllm")
+
+
+def _warned(loader: Any, *overrides: str) -> dict[str, Problem]:
+    """The "never read" warnings of the overrides, by key; no error among the problems."""
+    result = compose_and_check(loader, "config", list(overrides), RunMode.RUN)
+    assert not [p for p in result.problems if p.is_error], result.problems
+    return {
+        p.key: p
+        for p in result.problems
+        if p.severity == Severity.warning and "never read" in p.reason
+    }
+
+
+def test_vllm_settings_are_read_only_by_vllm(loader: Any) -> None:
+    line = ("rollout.vllm.kv_cache_gib=2", "rollout.vllm.enforce_eager=true")
+    found = _warned(loader, *line)
+    assert set(found) == {"rollout.vllm.kv_cache_gib", "rollout.vllm.enforce_eager"}
+    problem = found["rollout.vllm.kv_cache_gib"]
+    assert "rollout.engine=torch" in problem.reason
+    assert problem.fix.overrides() == ["rollout.vllm.kv_cache_gib=null"]
+    assert _warned(loader, *line, *problem.fix.overrides()).keys() == {"rollout.vllm.enforce_eager"}
+    assert _warned(loader, *VLLM_RUN, *line) == {}
+    # A value that is the default does what the run does without it: nothing to warn.
+    assert _warned(loader, "rollout.vllm.gpu_memory_utilization=0.3") == {}
+    # A sweep that crosses the engine with them sets them on purpose.
+    with sweeping(frozenset({"rollout.engine"})):
+        assert _warned(loader, *line) == {}
+
+
+def test_sft_reads_no_rollout_setting(loader: Any) -> None:
+    found = _warned(loader, "algorithm=sft", "eval.fraction=0.1", *VLLM_RUN[2:])
+    problem = found.pop("rollout.engine")
+    assert found == {} and "built-in sampler" in problem.reason
+    assert problem.fix.overrides() == ["rollout.engine=torch"]
+    assert problem.fix.alt is not None and problem.fix.alt.overrides() == ["algorithm=rl"]
+    assert _warned(loader, "algorithm=sft", "rollout.engine=torch") == {}
+    found = _warned(loader, "algorithm=sft", *VLLM_RUN, "rollout.vllm.sleep=false")
+    assert set(found) == {"rollout.engine", "rollout.vllm.sleep"}
+    assert "rollout.engine" not in _warned(loader, *VLLM_RUN)
+
+
+def test_the_importance_sampling_mode_is_read_only_with_a_cap(loader: Any) -> None:
+    found = _warned(loader, "rl.importance_sampling_mode=sequence_mask")
+    problem = found["rl.importance_sampling_mode"]
+    assert "rl.importance_sampling_cap is null" in problem.reason
+    applied = ("rl.importance_sampling_mode=sequence_mask", *problem.fix.overrides())
+    assert problem.fix.overrides() == ["rl.importance_sampling_cap=2.0"]
+    assert _warned(loader, *applied) == {}
+    # Under SFT, the rl.* rule says it once.
+    found = _warned(loader, "algorithm=sft", "rl.importance_sampling_mode=sequence_mask")
+    assert "algorithm=sft" in found["rl.importance_sampling_mode"].reason
+
+
+def test_vllm_settings_its_own_choices_skip(loader: Any) -> None:
+    # vLLM's CPU engine reads the memory share too (the share of the machine it reserves).
+    cpu = _warned(
+        loader, *VLLM_RUN, "backend.device=cpu", "rollout.vllm.gpu_memory_utilization=0.5"
+    )
+    assert cpu == {}
+    rank = "rollout.vllm.max_lora_rank=16"
+    full = _warned(loader, *VLLM_RUN, "model.finetune=full", rank, "rollout.vllm.lora_sync=merged")
+    assert set(full) == {"rollout.vllm.max_lora_rank", "rollout.vllm.lora_sync"}
+    assert full["rollout.vllm.lora_sync"].fix.overrides() == ["model.finetune=lora"]
+    merged = _warned(loader, *VLLM_RUN, rank, "rollout.vllm.lora_sync=merged")
+    assert set(merged) == {"rollout.vllm.max_lora_rank"}
+    assert merged["rollout.vllm.max_lora_rank"].fix.overrides() == [
+        "rollout.vllm.max_lora_rank=null"
+    ]
+    assert _warned(loader, *VLLM_RUN, rank) == {}

@@ -107,7 +107,7 @@ def test_full_tuning_copies_keep_linear_weights_in_the_half_type(
     tied = policy.get_output_embeddings().weight is embedding
     assert tied == (family == "gemma")  # a head tied to the embeddings is read by both
     linear = {n: p for n, p in _linear_weights(policy).items() if p is not embedding}
-    for copy in (trainer.reference, producer.sampler):
+    for copy in (trainer.reference, producer.engine.copy):
         halved = {n: p for n, p in _linear_weights(copy).items() if n in linear}
         assert halved.keys() == linear.keys()
         assert all(p.dtype == torch.bfloat16 for p in halved.values())
@@ -124,7 +124,7 @@ def test_full_tuning_copies_keep_linear_weights_in_the_half_type(
     policy.eval()
     with torch.no_grad(), loaded.compute_precision():
         expected = packed_logprobs(policy, batch, trainer.training_loss.sampling)[0]
-        for copy in (trainer.reference, producer.sampler):
+        for copy in (trainer.reference, producer.engine.copy):
             got = packed_logprobs(copy, batch, trainer.training_loss.sampling)[0]
             assert torch.equal(got, expected)
 
@@ -134,7 +134,10 @@ def test_full_tuning_copies_keep_linear_weights_in_the_half_type(
         for param in policy.parameters():
             param.add_(torch.randn_like(param), alpha=0.01)
     producer.refresh_sampler()
-    trained, sampled = dict(policy.named_parameters()), dict(producer.sampler.named_parameters())
+    trained, sampled = (
+        dict(policy.named_parameters()),
+        dict(producer.engine.copy.named_parameters()),
+    )
     reference = dict(trainer.reference.named_parameters())
     for name, master in trained.items():  # rounded as autocast rounds them
         assert torch.equal(sampled[name], master.detach().to(sampled[name].dtype)), name

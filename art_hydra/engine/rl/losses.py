@@ -19,10 +19,12 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "IMPORTANCE_SAMPLING_MODES",
     "LOG_RATIO_CLAMP",
     "NonFiniteLossError",
     "PolicyLossSettings",
     "cispo",
+    "importance_weight",
     "policy_loss",
     "ppo_clip",
     "register_policy_loss",
@@ -34,6 +36,11 @@ __all__ = [
 #: Log-ratios are clamped to +-this before exponentiation, so one wild token cannot
 #: overflow the ratio (exp(20) is about 5e8).
 LOG_RATIO_CLAMP = 20.0
+
+#: How ``rl.importance_sampling_cap`` corrects the sampler/trainer gap (TRL's
+#: ``vllm_importance_sampling_mode``): per token or per completion, truncating the ratio
+#: at the cap or masking (zeroing) what lies above it. The first is the default.
+IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -51,14 +58,22 @@ class PolicyLossSettings:
     beta: float
     #: Truncated importance sampling between sampler and trainer (None: off).
     importance_sampling_cap: float | None = None
+    #: How the cap applies (:data:`IMPORTANCE_SAMPLING_MODES`); read only with a cap.
+    importance_sampling_mode: str = "token_truncate"
 
     @classmethod
     def from_config(cls, rl_cfg) -> PolicyLossSettings:  # type: ignore[no-untyped-def]
-        """PPO-clip's upper range defaults to epsilon; CISPO's cap is required (validated)."""
+        """PPO-clip's upper range defaults to epsilon; CISPO's cap is required (validated).
+        The importance-sampling mode is read only where the cap is set: without a cap
+        there is no correction for it to shape."""
         high = rl_cfg.epsilon if rl_cfg.epsilon_high is None else rl_cfg.epsilon_high
         cap = rl_cfg.importance_sampling_cap
         name = str(getattr(rl_cfg.loss_type, "name", rl_cfg.loss_type))
-        return cls(name, rl_cfg.epsilon, high, rl_cfg.beta, cap)
+        mode = "token_truncate"
+        if cap is not None:
+            chosen = rl_cfg.importance_sampling_mode
+            mode = str(getattr(chosen, "name", chosen))
+        return cls(name, rl_cfg.epsilon, high, rl_cfg.beta, cap, mode)
 
 
 @register_policy_loss(
@@ -131,6 +146,70 @@ def truncated_importance_weight(
     return torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).clamp(max=cap)
 
 
+def importance_weight(
+    old_logprobs: torch.Tensor,
+    sampler_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    seq_ids: torch.Tensor,
+    cap: float,
+    mode: str = "token_truncate",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The detached weight of each token's policy term under ``rl.importance_sampling_mode``
+    (TRL's ``vllm_importance_sampling_mode``), and its statistics.
+
+    ``token_truncate`` is :func:`truncated_importance_weight`, bit for bit. ``token_mask``
+    keeps each token's ``exp(old - sampler)`` where it is at most ``cap`` and zeroes it
+    above: an outlier token is dropped rather than downweighted. The ``sequence_*`` modes
+    take one ratio per completion, ``exp`` of the sum of its trained tokens' log-ratios
+    (the probability of the whole completion under the trainer over the sampler's), and
+    truncate or mask it likewise; every token of the completion carries it.
+
+    Completions are told apart by ``seq_ids`` within each row (a packed row holds several;
+    a shared prompt has an id of its own and no trained token, see
+    :func:`art_hydra.engine.packing.pack`); only positions in ``mask`` enter the sums.
+    Each token's log-ratio, and each completion's sum, is clamped to
+    +-:data:`LOG_RATIO_CLAMP`, so ``exp`` cannot overflow. The mask modes report
+    ``importance_sampling_masked_fraction``: the share of trained tokens given weight 0.
+    """
+    import torch
+
+    if mode == "token_truncate":
+        return truncated_importance_weight(old_logprobs, sampler_logprobs, mask, cap), {}
+    if mode not in IMPORTANCE_SAMPLING_MODES:
+        known = ", ".join(IMPORTANCE_SAMPLING_MODES)
+        raise ValueError(f"rl.importance_sampling_mode={mode!r} is not one of {known}")
+    with torch.no_grad():
+        keep = mask > 0
+        delta = torch.where(keep, old_logprobs.detach() - sampler_logprobs, 0.0)
+        log_ratio = delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        if mode.startswith("sequence_"):
+            log_ratio = torch.where(keep, _per_completion_sum(log_ratio, seq_ids), 0.0)
+            log_ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        ratio = torch.exp(log_ratio)
+        if mode.endswith("_truncate"):
+            return ratio.clamp(max=cap), {}
+        above = ratio > cap
+        dropped = float((above & keep).sum()) / max(float(keep.sum()), 1.0)
+        weight = ratio.masked_fill(above, 0.0)
+    return weight, {"importance_sampling_masked_fraction": dropped}
+
+
+def _per_completion_sum(values: torch.Tensor, seq_ids: torch.Tensor) -> torch.Tensor:
+    """At each position, the sum of ``values`` over the positions of its row with the
+    same sequence id: one scatter-add into a (row, id) slot each, read back by gather.
+    Padding (id -1) shares id 0's slot; callers pass 0 at every untrained position, so
+    it adds nothing there."""
+    import torch
+
+    rows = seq_ids.shape[0]
+    ids = seq_ids.clamp(min=0)
+    width = int(ids.max()) + 1 if ids.numel() else 1
+    key = ids + width * torch.arange(rows, device=ids.device).unsqueeze(-1)
+    sums = torch.zeros(rows * width, dtype=values.dtype, device=values.device)
+    sums.index_add_(0, key.flatten(), values.flatten())
+    return sums[key]
+
+
 def sampling_mismatch(
     old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor
 ) -> dict[str, float]:
@@ -162,7 +241,7 @@ def policy_loss(
     """Sum of per-token losses over ``mask``, divided by ``num_tokens`` (all tokens of
     the optimizer step, so accumulation splits the same mean).
 
-    ``importance_weight`` (:func:`truncated_importance_weight`) multiplies each token's
+    ``importance_weight`` (:func:`importance_weight`) multiplies each token's
     policy term, not the KL term, as TRL applies its vLLM importance-sampling correction.
 
     The per-token policy term comes from the loss registered as ``settings.loss_type``

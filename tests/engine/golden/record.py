@@ -119,12 +119,13 @@ def tokens_sha256(completions: list[list[int]]) -> str:
 def watching_generations() -> Iterator[list[dict[str, Any]]]:
     """What every generation batch sampled and earned, read as the run goes.
 
-    The producer's own ``sample`` and ``score_rewards`` still do the work; this only sees
-    their results (the engine stays untouched)."""
+    The torch rollout engine's own ``sample`` and the producer's ``score_rewards`` still
+    do the work; this only sees their results (the engine stays untouched)."""
     from art_hydra.engine import producer
+    from art_hydra.engine.rollout import torch_engine
 
     seen: list[dict[str, Any]] = []
-    real_sample, real_score = producer.sample, producer.score_rewards
+    real_sample, real_score = torch_engine.sample, producer.score_rewards
 
     def sample(*args: Any, **kwargs: Any) -> Any:
         completions, logprobs = real_sample(*args, **kwargs)
@@ -142,11 +143,11 @@ def watching_generations() -> Iterator[list[dict[str, Any]]]:
         seen[-1]["rewards"] = list(scores.totals)
         return scores
 
-    producer.sample, producer.score_rewards = sample, score_rewards
+    torch_engine.sample, producer.score_rewards = sample, score_rewards
     try:
         yield seen
     finally:
-        producer.sample, producer.score_rewards = real_sample, real_score
+        torch_engine.sample, producer.score_rewards = real_sample, real_score
 
 
 def run(name: str, overrides: list[str]) -> dict[str, Any]:
