@@ -556,7 +556,7 @@ def module_names(
         params.setdefault(module, {})[param] = len(tensor.shape)
         parts = module.split(".")
         blocks.update(".".join(parts[:i]) for i in range(1, len(parts)))
-    heads = [m for m in params if m.rpartition(".")[2] in _HEAD_NAMES]
+    heads = [m for m in params if m.rpartition(".")[2] in HEAD_NAMES]
     if not heads and tied_embeddings(config):
         params["lm_head"] = {"weight": 2}
     modules: dict[str, str] = dict.fromkeys(blocks, "a block")
@@ -572,8 +572,8 @@ def module_names(
             if not what
             and params.get(module, {}).get("weight") == 2  # a Conv's weight has more
             and module not in skip
-            and module.rpartition(".")[2] not in _HEAD_NAMES
-            and not _is_embedding(module.rpartition(".")[2])
+            and module.rpartition(".")[2] not in HEAD_NAMES
+            and not is_embedding(module.rpartition(".")[2])
             and module not in blocks
         }
     )
@@ -581,10 +581,10 @@ def module_names(
 
 
 #: Names of the output head (the module a tied head is, with no tensor of its own).
-_HEAD_NAMES = ("lm_head", "embed_out", "output")
+HEAD_NAMES = ("lm_head", "embed_out", "output")
 
 
-def _is_embedding(name: str) -> bool:
+def is_embedding(name: str) -> bool:
     """An embedding table's name (``embed_tokens``, ``word_embeddings``, GPT-2's ``wte``
     and ``wpe``): a two-dimensional weight, but not a linear layer."""
     return "emb" in name or name in ("wte", "wpe")

@@ -234,7 +234,7 @@ def generate(
     model, tokenizer = _load_model(source, where, dtype, trust_remote_code)
     options = _generation_options(model, tokenizer, budget, num, temperature)
     torch.manual_seed(seed)
-    rows = []
+    texts = []
     for example in examples:
         try:
             ids = encode_prompt(tokenizer, example)
@@ -245,18 +245,8 @@ def generate(
             out = model.generate(
                 input_ids=prompt, attention_mask=torch.ones_like(prompt), **options
             )
-        for index, sequence in enumerate(out):
-            completion = tokenizer.decode(sequence[len(ids) :], skip_special_tokens=True)
-            rows.append(
-                {
-                    "prompt": example.prompt,
-                    "index": index,
-                    "completion": completion,
-                    "answer": example.answer,
-                    "_example": example,
-                }
-            )
-    return rows
+        texts += [tokenizer.decode(seq[len(ids) :], skip_special_tokens=True) for seq in out]
+    return _rows(examples, texts, num)
 
 
 #: What --engine (and a run's rollout.engine=...) may name here.

@@ -201,7 +201,7 @@ def _lora_problems(cfg: DictConfig) -> Iterator[Problem]:
     adapter = lora and settings.lora_sync == "adapter"
     rank = settings.max_lora_rank
     if adapter and rank is not None and rank not in VLLM_LORA_RANKS:
-        above = next((r for r in VLLM_LORA_RANKS if r >= rank), VLLM_LORA_RANKS[-1])
+        above = engine_lora_rank_for(rank)
         yield Problem(
             "rollout.vllm.max_lora_rank",
             rank,

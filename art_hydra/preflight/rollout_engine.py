@@ -277,10 +277,23 @@ def _model_problems(cfg: DictConfig, device: str | None) -> list[Problem]:
             )
         )
     found += _length_problems(cfg, config)
+    weights = _weights(folder)  # the headers, read once for the checks below
+    if weights is None:
+        return found  # the model's own check reports the files
     if cfg.model.finetune == FinetuneMethod.lora:
-        found += _lora_problems(cfg, folder, config)
-    found += _memory_problems(cfg, folder, config, head, device)
+        found += _lora_problems(cfg, weights[0], config)
+    found += _memory_problems(cfg, weights, config, head, device)
     return found
+
+
+def _weights(folder: Path) -> tuple[dict[str, model_files.Tensor], str | None] | None:
+    """Every tensor of the folder, from its headers, and its first weight file (None
+    where they cannot be read)."""
+    try:
+        files, _ = model_files.weight_files(folder)
+        return model_files.folder_tensors(folder), (files[0] if files else None)
+    except model_files.FolderError:
+        return None
 
 
 def _architecture_problems(config: dict[str, Any]) -> list[Problem]:
@@ -333,13 +346,9 @@ def _length_problems(cfg: DictConfig, config: dict[str, Any]) -> list[Problem]:
     ]
 
 
-#: The last names of a model's head (a tied head is the embedding matrix itself).
-_HEADS = ("lm_head", "embed_out", "output")
-
-
 def _tied(name: str) -> bool:
     """Whether ``name`` is the embedding table or the head (one matrix when tied)."""
-    return name in _HEADS or "emb" in name or name in ("wte", "wpe")
+    return name in model_files.HEAD_NAMES or model_files.is_embedding(name)
 
 
 def _none_left(key: str, linear: list[str]) -> list[str]:
@@ -378,15 +387,13 @@ def _adapter_target_problems(
     ]
 
 
-def _lora_problems(cfg: DictConfig, folder: Path, config: dict[str, Any]) -> list[Problem]:
+def _lora_problems(
+    cfg: DictConfig, tensors: dict[str, model_files.Tensor], config: dict[str, Any]
+) -> list[Problem]:
     """A target vLLM's LoRA cannot serve (adapter sync: linear layers only), and, on a
     model whose head is its embedding matrix, the embeddings or the head trained apart
     from each other (merged sync: vLLM keeps the tie, so the engine would hold the
     trained one in both places, or skip the head it is sent)."""
-    try:
-        tensors = model_files.folder_tensors(folder)
-    except model_files.FolderError:
-        return []
     modules, linear = model_files.module_names(config, tensors)
     lora, tied = cfg.model.lora, model_files.tied_embeddings(config)
     if cfg.rollout.vllm.lora_sync == "adapter":
@@ -419,14 +426,19 @@ def _lora_problems(cfg: DictConfig, folder: Path, config: dict[str, Any]) -> lis
 
 
 def _memory_problems(
-    cfg: DictConfig, folder: Path, config: dict[str, Any], head: int | None, device: str | None
+    cfg: DictConfig,
+    weights: tuple[dict[str, model_files.Tensor], str | None],
+    config: dict[str, Any],
+    head: int | None,
+    device: str | None,
 ) -> list[Problem]:
     """The memory the engine would take, against the machine's, and one full-length
     sequence's KV cache within the cache's space (vLLM's own start-up refusals)."""
-    dtype = _engine_dtype(cfg, folder, config)
+    tensors, first_file = weights
+    dtype = _engine_dtype(cfg, tensors, first_file, config)
     size = _BYTES.get(dtype or "", 2)
     space = _kv_space_gib(cfg.rollout.vllm.kv_cache_gib)
-    found = _share_problems(cfg, _weights_gib(folder, size), dtype, space, device)
+    found = _share_problems(cfg, _weights_gib(tensors, size), dtype, space, device)
     found += _kv_problems(cfg, config, head, size, dtype, space)
     if device == "cuda" and dtype == "bfloat16":
         facts = gpu_facts()
@@ -561,25 +573,21 @@ def _device_memory(device: str | None, trainer_gib: float) -> tuple[float, float
     return None if memory is None else (memory[0], memory[1] - trainer_gib)
 
 
-def _engine_dtype(cfg: DictConfig, folder: Path, config: dict[str, Any]) -> str | None:
+def _engine_dtype(
+    cfg: DictConfig,
+    tensors: dict[str, model_files.Tensor],
+    first_file: str | None,
+    config: dict[str, Any],
+) -> str:
     """The dtype the engine will run in: model.dtype, or (auto) the checkpoint's."""
     chosen = str(getattr(cfg.model.dtype, "name", cfg.model.dtype))
     if chosen != "auto":
         return chosen
-    try:
-        tensors = model_files.folder_tensors(folder)
-        files, _ = model_files.weight_files(folder)
-    except model_files.FolderError:
-        return None
-    found = model_files.checkpoint_dtype(config, tensors, files[0] if files else None)
+    found = model_files.checkpoint_dtype(config, tensors, first_file)
     return found[0] if found else "float32"
 
 
-def _weights_gib(folder: Path, size: int) -> float | None:
-    try:
-        tensors = model_files.folder_tensors(folder)
-    except model_files.FolderError:
-        return None
+def _weights_gib(tensors: dict[str, model_files.Tensor], size: int) -> float:
     count = 0
     for tensor in tensors.values():
         numel = 1
