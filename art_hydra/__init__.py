@@ -25,7 +25,7 @@ from art_hydra.config import (
     validator,
 )
 from art_hydra.run import train
-from art_hydra.tasks.markers import generator, reward
+from art_hydra.tasks.markers import environment, generator, reward, tool
 
 __all__ = [
     "ConfigValidationError",
@@ -35,9 +35,11 @@ __all__ = [
     "RunConfig",
     "Severity",
     "compose",
+    "environment",
     "fix",
     "generator",
     "reward",
+    "tool",
     "train",
     "validate",
     "validator",

@@ -97,42 +97,32 @@ class FolderTokenizer:
 
     def render(self, messages: Sequence[tuple[str, str]]) -> str:
         """The chat template applied to ``messages`` with the generation prompt."""
-        assert self.chat_template is not None
-        template = _compiled(self.chat_template)
         chat = [{"role": role, "content": content} for role, content in messages]
-        variables = dict(
-            messages=chat, tools=None, documents=None, add_generation_prompt=True, **self.specials
-        )
+        return self.render_chat(chat, None, True)
 
-        def pieces() -> str:
-            out: list[str] = []
-            size = 0
-            for piece in template.generate(**variables):
-                size += len(piece)
-                if size > RENDER_MAX_CHARS:
-                    grew = f"grew past {RENDER_MAX_CHARS:,} characters"
-                    raise TemplateOverrun(self._overrun(grew))
-                out.append(piece)
-            return "".join(out)
-
-        try:
-            with _memory_cap(RENDER_MAX_BYTES):
-                return _within(RENDER_SECONDS, pieces)
-        except MemoryError:
-            raise TemplateOverrun(
-                self._overrun(f"needed more than {RENDER_MAX_BYTES >> 30} GiB of memory")
-            ) from None
-        except _Deadline:
-            raise TemplateOverrun(
-                self._overrun(f"did not finish within {RENDER_SECONDS:g} seconds")
-            ) from None
-        except _TooLarge as exc:
-            raise TemplateOverrun(self._overrun(str(exc))) from None
-
-    def _overrun(self, what: str) -> str:
-        return (
-            f"the chat template in {self.template_file} {what} rendering one prompt (real "
-            "templates take milliseconds): the template itself is the cause, not the data"
+    def render_chat(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+        template: str | None = None,
+    ) -> str:
+        """The chat template (``template``, else the folder's) applied to ``messages`` as
+        dicts (tool calls and tool messages included) with the tools' schemas, as
+        ``apply_chat_template(messages, tools=..., add_generation_prompt=...)`` renders
+        them; within the same sandbox and bounds (:class:`TemplateOverrun`)."""
+        template = template or self.chat_template
+        assert template is not None
+        return render_bounded(
+            template,
+            dict(
+                messages=list(messages),
+                tools=tools,
+                documents=None,
+                add_generation_prompt=add_generation_prompt,
+                **self.specials,
+            ),
+            self.template_file,
         )
 
     def prompt_ids(self, messages: Sequence[tuple[str, str]], text: str) -> list[int]:
@@ -150,6 +140,44 @@ class FolderTokenizer:
             name = getattr(self.core.model, "unk_token", None)
             unk = self.core.token_to_id(name) if isinstance(name, str) else None
         return unk
+
+
+def _overrun(where: str, what: str) -> str:
+    return (
+        f"the chat template in {where} {what} rendering one prompt (real "
+        "templates take milliseconds): the template itself is the cause, not the data"
+    )
+
+
+def render_bounded(template: str, variables: dict[str, Any], where: str) -> str:
+    """``template`` rendered with ``variables`` in the bounded sandbox: within
+    :data:`RENDER_SECONDS`, :data:`RENDER_MAX_CHARS` and :data:`RENDER_MAX_BYTES`, else
+    :class:`TemplateOverrun` naming ``where`` the template came from."""
+    compiled = _compiled(template)
+
+    def pieces() -> str:
+        out: list[str] = []
+        size = 0
+        for piece in compiled.generate(**variables):
+            size += len(piece)
+            if size > RENDER_MAX_CHARS:
+                raise TemplateOverrun(_overrun(where, f"grew past {RENDER_MAX_CHARS:,} characters"))
+            out.append(piece)
+        return "".join(out)
+
+    try:
+        with _memory_cap(RENDER_MAX_BYTES):
+            return _within(RENDER_SECONDS, pieces)
+    except MemoryError:
+        raise TemplateOverrun(
+            _overrun(where, f"needed more than {RENDER_MAX_BYTES >> 30} GiB of memory")
+        ) from None
+    except _Deadline:
+        raise TemplateOverrun(
+            _overrun(where, f"did not finish within {RENDER_SECONDS:g} seconds")
+        ) from None
+    except _TooLarge as exc:
+        raise TemplateOverrun(_overrun(where, str(exc))) from None
 
 
 @functools.lru_cache(maxsize=8)

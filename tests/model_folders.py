@@ -26,8 +26,35 @@ LLAMA_LIKE = (
     "{% endfor %}{% if add_generation_prompt %}{% generation %}[ASSISTANT]{% endgeneration %}"
     "{% endif %}"
 )
+#: Qwen 2.5's tool template, in shape: the tools' schemas in a system turn, each call
+#: as ``<tool_call>`` JSON inside the assistant turn, consecutive tool results grouped in
+#: one user turn as ``<tool_response>``s, every turn closed by ``<|im_end|>\n``.
+QWEN_TOOLS = (
+    "{%- if tools %}{{- '<|im_start|>system\n# Tools\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\n' + tool | tojson }}{%- endfor %}"
+    "{{- '\n</tools><|im_end|>\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' or message.role == 'system' or "
+    "(message.role == 'assistant' and not message.tool_calls) %}"
+    "{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}"
+    "{%- elif message.role == 'assistant' %}"
+    "{{- '<|im_start|>' + message.role }}"
+    "{%- if message.content %}{{- '\n' + message.content }}{%- endif %}"
+    "{%- for tool_call in message.tool_calls %}"
+    "{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}"
+    '{{- \'\n<tool_call>\n{"name": "\' + tool_call.name + \'", "arguments": \' }}'
+    "{{- tool_call.arguments | tojson }}{{- '}\n</tool_call>' }}"
+    "{%- endfor %}{{- '<|im_end|>\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.index0 == 0 or messages[loop.index0 - 1].role != 'tool' %}"
+    "{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\n<tool_response>\n' + message.content + '\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\n' }}"
+    "{%- endif %}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
+)
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>", "<|im_start|>", "<|im_end|>"]
-CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ =+-*/0123456789\n[]\"'.,:?!_|<>"
+CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ =+-*/0123456789\n[]\"'.,:?!_|<>{}"
 SMALL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1}
 HEADS = {"num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16}
 

@@ -822,12 +822,30 @@ def open_mapping_adds(overrides: Sequence[str]) -> list[str]:
         adds = text.startswith("+") and not text.startswith("++") and "=" in text
         if adds and parent and typing.get_origin(schema_type(parent)[0]) is dict:
             text = "+" + text
+        elif _entry_mapping_key(text):
+            # task.environment._target_=mod.Env (and its constructor's keys) is an entry,
+            # as a reward's is: set whether or not a file wrote the key.
+            text = "++" + text.lstrip("+")
         elif _entry_key(text):
             # task.rewards.0.weight=2 sets the entry's key whether or not its file wrote
             # it (an entry is an open mapping; the fit gives it its defaults afterwards).
             text = "++" + text.lstrip("+")
         out.append(text)
     return out
+
+
+#: Mappings that are one entry (``_target_`` and its constructor's keys): a key of
+#: theirs is set by a plain override, as a reward entry's key is.
+ENTRY_MAPPINGS = ("task.environment",)
+
+
+def _entry_mapping_key(text: str) -> bool:
+    """Whether the override ``text`` sets an :data:`ENTRY_MAPPINGS` mapping or one of its
+    keys (``task.environment._target_=mod.Env``, ``task.environment={...}``)."""
+    if text.startswith(("~", "++")) or "=" not in text:
+        return False
+    key = text.lstrip("+").partition("=")[0]
+    return any(key == m or key.startswith(m + ".") for m in ENTRY_MAPPINGS)
 
 
 def _entry_key(text: str) -> bool:

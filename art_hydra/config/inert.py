@@ -7,8 +7,10 @@ A key can be inert because another choice makes the run skip it: LoRA settings u
 model, ``eval.*`` with evaluation off, the rewards of an SFT run that does not evaluate,
 a tracker project without a tracker that has projects, the collectives' settings on one
 process, vLLM's settings without the vLLM engine (and those of them its own choices
-skip), a rollout engine under SFT, the importance-sampling mode without a cap. Each such
-value *the user set* is a warning naming the setting that makes it inert.
+skip), a rollout engine under SFT, the importance-sampling mode without a cap, the tool
+loop's settings (``task.tool_parser``, ``rl.max_tool_calls``, ``timeouts.tool_s``) without
+an environment or tools. Each such value *the user set* is a warning naming the setting
+that makes it inert.
 tests/config/test_every_key.py holds every schema key to that: read, warned or refused.
 Where the ignored value is surely a mistake, a model or data path that would be ignored
 (``task.path`` without a file task, ``model.name`` as a path or hub id under
@@ -820,4 +822,48 @@ def lora_rate_under_full_finetuning(cfg: DictConfig) -> Iterator[Problem]:
         f"of {model.name}: at {rate:g} full fine-tuning overwrites much of what the model "
         "knows; full fine-tuning of pretrained weights usually takes about 1e-6.",
         fix({"trainer.learning_rate": 1e-6}, alt=fix({"model.finetune": "lora"})),
+    )
+
+
+#: The keys only a multi-turn tool-using task reads.
+TOOL_KEYS = ("task.tool_parser", "rl.max_tool_calls", "timeouts.tool_s")
+
+
+@validator
+def tool_settings_without_tools(cfg: DictConfig) -> Iterator[Problem]:
+    """The tool-call format, the most tool calls and the tool time limit are read only by
+    the multi-turn loop, which runs when the task has an environment or tools. (Under
+    SFT, rl.max_tool_calls is reported by the rl.* rule.)"""
+    if cfg.task.get("environment") or cfg.task.get("tools"):
+        return
+    rl = cfg.algorithm.name == AlgorithmName.rl
+    keys = [k for k in TOOL_KEYS if rl or not k.startswith("rl.")]
+    yield from _inert(
+        cfg,
+        _changed(cfg, keys),
+        "the task has no environment and no tools (task.environment, task.tools): every "
+        "completion is one turn with no tool call",
+        "no tool is ever called",
+        lambda key, value: _back_to_default(
+            key, value, fix({"task.tools": ["my_module.my_tool"]}, "give the model a tool")
+        ),
+        ("task.environment", "task.tools", "task", "experiment"),
+    )
+
+
+@validator
+def warm_start_rate_without_warm_start(cfg: DictConfig) -> Iterator[Problem]:
+    """The warm start's learning rate is read only by a warm start (RL with
+    rl.sft_warm_start_steps > 0; under SFT the rl.* rule reports it)."""
+    if cfg.algorithm.name != AlgorithmName.rl or cfg.rl.sft_warm_start_steps > 0:
+        return
+    yield from _inert(
+        cfg,
+        _changed(cfg, ["rl.sft_warm_start_learning_rate"]),
+        "rl.sft_warm_start_steps=0: the run has no SFT warm start",
+        "no warm start runs at that rate",
+        lambda key, value: _back_to_default(
+            key, value, fix({"rl.sft_warm_start_steps": 100}, "warm-start on demonstrations")
+        ),
+        ("rl.sft_warm_start_steps", "experiment"),
     )

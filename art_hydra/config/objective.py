@@ -54,6 +54,24 @@ CONDITIONAL_METRICS: dict[str, tuple[str, Callable[[Any], bool]]] = {
         "token_mask or sequence_mask",
         lambda cfg: _importance_masked(cfg),
     ),
+    # Multi-turn tool rollouts (task.environment or task.tools): per trajectory, the
+    # tool calls and turns, the share of completion tokens masked, errors and seconds.
+    **{
+        name: (
+            "algorithm=rl with task.environment or task.tools",
+            lambda cfg: (
+                _name(cfg.algorithm.name) == "rl"
+                and bool(cfg.task.get("environment") or cfg.task.get("tools"))
+            ),
+        )
+        for name in (
+            "tool_calls_mean",
+            "turns_mean",
+            "masked_token_share",
+            "tool_errors",
+            "tool_time_s",
+        )
+    },
     # 1 when float16 loss scaling skipped the step (an infinite gradient), else 0.
     "step_skipped": ("model.dtype=float16 on backend=torch", lambda cfg: _loss_scaled(cfg)),
 }
@@ -123,6 +141,9 @@ LOWER_IS_BETTER = frozenset(
         "importance_sampling_masked_fraction",
         "step_skipped",
         "eval/loss",
+        "tool_errors",
+        "tool_time_s",
+        "masked_token_share",
     }
 )
 

@@ -254,6 +254,16 @@ class ModelConfig:
         help="Architecture of the model built when source=tiny.",
     )
     revision: str | None = setting(None, help="Hub revision (branch, tag or commit) to load.")
+    chat_template: str | None = setting(
+        None,
+        help=(
+            "A chat template to use instead of the tokenizer's own (TRL's chat_template_path): "
+            "a .jinja file, or the name of one shipped in art_hydra/templates (tools: the tiny "
+            "model's tool-call template). For a training template that keeps earlier turns "
+            "unchanged, or a model without one. Saved with checkpoints and exports."
+        ),
+        legacy=None,
+    )
     trust_remote_code: bool = setting(
         False,
         help="Run the modelling code shipped with the checkpoint (only from the command line).",
@@ -447,6 +457,37 @@ class RLConfig:
     )
     scale_rewards: bool = setting(
         True, help="Divide group-centred rewards by the group's standard deviation."
+    )
+    max_tool_calls: int = setting(
+        8,
+        ge=1,
+        legacy=8,
+        help=(
+            "Most tool calls in one trajectory (TRL's max_tool_calling_iterations); the "
+            "trajectory also ends when rl.max_completion_length runs out. Used with "
+            "task.environment or task.tools."
+        ),
+    )
+    sft_warm_start_steps: int = setting(
+        0,
+        ge=0,
+        legacy=0,
+        help=(
+            "SFT steps on the task's demonstrations (examples with a conversation to imitate) "
+            "before the first RL step of a new run, to teach a fresh model a format (tool "
+            "calls) that RL then improves; 0: none. Not repeated on a resume."
+        ),
+    )
+    sft_warm_start_learning_rate: float | None = setting(
+        None,
+        gt=0,
+        legacy=None,
+        why="a step of zero or against the gradient teaches nothing.",
+        help=(
+            "Learning rate of the SFT warm start (rl.sft_warm_start_steps); null: "
+            "trainer.learning_rate. Imitation tolerates a larger rate than RL: Adam's first "
+            "RL steps move every weight by about the learning rate."
+        ),
     )
     advantage_estimator: str = setting(
         "group_relative",
@@ -694,6 +735,12 @@ class TimeoutsConfig:
         resume=MAY_CHANGE,
     )
     checkpoint_s: float = _timeout(1800.0, "Seconds to write one checkpoint.", resume=MAY_CHANGE)
+    tool_s: float = _timeout(
+        60.0,
+        "Seconds one tool call may take (a call that raises is fed back to the model; one "
+        "that never returns stops the run).",
+        resume=MAY_CHANGE,
+    )
 
 
 @dataclass
@@ -853,6 +900,35 @@ class TaskConfig:
         factory=list,
         help=(
             "Modules whose unmarked functions reward and generator may name (command line only)."
+        ),
+    )
+    environment: dict[str, Any] | None = setting(
+        factory=dict,
+        legacy={},
+        help=(
+            "An environment class in TRL's environment_factory shape, {_target_: mod.Env, ...}: "
+            "one instance per rollout (the entry's other keys its constructor's arguments), "
+            "reset(**row) before it, its public methods with docstrings the tools, an optional "
+            "get_reward() a reward. Empty or null: no environment (task.environment=null "
+            "removes one a preset set)."
+        ),
+    )
+    tools: list[str] = setting(
+        factory=list,
+        legacy=[],
+        help=(
+            "Dotted names of tool functions the model may call (TRL's tools=[...]): the "
+            "docstring and type hints give each one's schema."
+        ),
+    )
+    tool_parser: str = setting(
+        "auto",
+        legacy="auto",
+        help=(
+            "How tool calls are read from an assistant turn: auto (the tokenizer's own "
+            "parse_response where its model has one, else the format its chat template "
+            "writes), hermes (<tool_call>{json}</tool_call>, Qwen), llama3_json, mistral, "
+            "transformers, or one registered with register_tool_parser."
         ),
     )
     allow_remote_data: bool = setting(

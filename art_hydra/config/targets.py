@@ -46,17 +46,30 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-#: The attribute the markers set on a function: its role ("reward" or "generator").
+#: The attribute the markers set on a function (or class): its role ("reward",
+#: "generator", "environment" or "tool").
 ROLE_ATTR = "__art_hydra_role__"
-#: Roles, by config key (and every ``task.rewards.N._target_`` is a reward: :func:`key_role`).
-ROLE_OF_KEY = {"task.reward._target_": "reward", "task.generator": "generator"}
+#: Roles, by config key (and every ``task.rewards.N._target_`` is a reward, every
+#: ``task.tools.N`` a tool: :func:`key_role`).
+ROLE_OF_KEY = {
+    "task.reward._target_": "reward",
+    "task.generator": "generator",
+    "task.environment._target_": "environment",
+}
 _REWARD_ENTRY = re.compile(r"^task\.rewards\.\d+\._target_$")
+_TOOL_ENTRY = re.compile(r"^task\.tools\.\d+$")
 
 
 def key_role(key: str) -> str:
     """The role of the code ``key`` names: ``task.reward._target_`` and every
-    ``task.rewards.N._target_`` name a reward, ``task.generator`` a generator."""
-    return "reward" if _REWARD_ENTRY.match(key) else ROLE_OF_KEY[key]
+    ``task.rewards.N._target_`` name a reward, ``task.generator`` a generator,
+    ``task.environment._target_`` an environment (a class) and every ``task.tools.N`` a
+    tool (a function)."""
+    if _REWARD_ENTRY.match(key):
+        return "reward"
+    if _TOOL_ENTRY.match(key):
+        return "tool"
+    return ROLE_OF_KEY[key]
 
 
 #: art_hydra's own marked rewards and generators: the only ``art_hydra.*`` targets.
@@ -67,8 +80,19 @@ ART_HYDRA_GENERATORS = frozenset(
     {
         "art_hydra.tasks.toy.reverse_examples",
         "art_hydra.tasks.toy.digit_sum_examples",
+        "art_hydra.tasks.tool_lookup.lookup_examples",
     }
 )
+#: art_hydra's own marked environment classes and tool functions (the demo's).
+ART_HYDRA_ENVIRONMENTS = frozenset({"art_hydra.tasks.tool_lookup.LookupEnv"})
+ART_HYDRA_TOOLS = frozenset({"art_hydra.tasks.tool_lookup.lookup"})
+#: Each role's own art_hydra targets.
+_OWN = {
+    "reward": ART_HYDRA_REWARDS,
+    "generator": ART_HYDRA_GENERATORS,
+    "environment": ART_HYDRA_ENVIRONMENTS,
+    "tool": ART_HYDRA_TOOLS,
+}
 
 #: Libraries whose functions are never a reward or a generator, by top-level package.
 #: A list, not a rule, because nothing in a function says "this is a library gadget":
@@ -142,7 +166,12 @@ def _library(path: str) -> str | None:
 
 
 def _own(role: str) -> frozenset[str]:
-    return ART_HYDRA_REWARDS if role == "reward" else ART_HYDRA_GENERATORS
+    return _OWN[role]
+
+
+def _shape(role: str) -> str:
+    """What a target of ``role`` is, for messages."""
+    return "class (module.Class)" if role == "environment" else "function (module.function)"
 
 
 def refusal(path: Any, key: str) -> str | None:
@@ -150,7 +179,7 @@ def refusal(path: Any, key: str) -> str | None:
     if eligible); imports nothing."""
     role = key_role(key)
     if path is None or not _DOTTED.match(str(path)):
-        return f"must be the dotted path of a function (module.function), not {path!r}."
+        return f"must be the dotted path of a {_shape(role)}, not {path!r}."
     path = str(path)
     module = path.rpartition(".")[0]
     if "__main__" in path.split("."):
@@ -258,19 +287,26 @@ def not_found(module: str, key: str) -> str:
     )
 
 
+def _a(role: str) -> str:
+    return f"an {role}" if role[0] in "aeiou" else f"a {role}"
+
+
 def not_marked(path: str, key: str) -> str:
     """Why a function a config file named may not run, and both ways to allow it."""
     role = key_role(key)
     module = path.rpartition(".")[0]
     if module_origin(module) is None:
         return f"names '{path}': {not_found(module, key)}"
+    what = {"reward": "a def or class", "environment": "a class"}.get(role, "a def")
+    where = "class" if role == "environment" else "def"
+    kinds = "classes" if role == "environment" else "functions"
     return (
-        f"names '{path}', which is not marked as a {role} (a def{' or class' * (role == 'reward')} "
+        f"names '{path}', which is not marked as {_a(role)} ({what} "
         f"decorated @{role} in its "
         "module's source, read without running it), and a config file may name only "
-        f"functions written as one. If it is yours, mark it (from art_hydra import {role}; "
-        f"@{role}{'(needs_answer=...)' if role == 'reward' else ''} above its def); or, if you "
-        f"trust it as it is, name it on the command line: {key}={path} (or "
+        f"{kinds} written as one. If it is yours, mark it (from art_hydra import {role}; "
+        f"@{role}{'(needs_answer=...)' if role == 'reward' else ''} above its {where}); or, if "
+        f"you trust it as it is, name it on the command line: {key}={path} (or "
         f"task.allowed_modules=[{module}])."
     )
 
@@ -307,7 +343,14 @@ def resolve(path: str, key: str, *, by_hand: bool = True, hand_modules: Iterable
     obj = getattr(module, attr, None)
     if obj is None:
         raise TargetError(f"module '{module_name}' has no attribute '{attr}'.")
-    if inspect.isclass(obj) and role == "reward":
+    if role == "environment":
+        if not inspect.isclass(obj):
+            raise TargetError(
+                f"is a {type(obj).__name__}, not a class: an environment is a class in TRL's "
+                "environment_factory shape (one instance per rollout, reset(**row), its public "
+                "methods the tools)."
+            )
+    elif inspect.isclass(obj) and role == "reward":
         if not callable_instances(obj):
             raise TargetError(
                 f"is the class '{obj.__qualname__}', whose instances cannot be called: a "

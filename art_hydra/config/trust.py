@@ -47,8 +47,10 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from art_hydra.config import hydra_compat, hydra_section
 from art_hydra.config.problems import Kind, Problem, fix
 from art_hydra.config.targets import (
+    ART_HYDRA_ENVIRONMENTS,
     ART_HYDRA_GENERATORS,
     ART_HYDRA_REWARDS,
+    ART_HYDRA_TOOLS,
     key_role,
     marker_in_source,
     module_origin,
@@ -242,6 +244,7 @@ def _run_config_problems(cfg: Any, hand: Hand) -> list[Problem]:
     keys = reward_keys(cfg)
     if str(_select(cfg, "task.source")) in ("generated", "TaskSource.generated"):
         keys.append("task.generator")
+    keys += agent_keys(cfg)
     for key in keys:
         path = _select(cfg, key)
         if path is None or refusal(path, key) is not None or hand.set(key):
@@ -262,6 +265,18 @@ def _run_config_problems(cfg: Any, hand: Hand) -> list[Problem]:
                 )
             )
     return found
+
+
+def agent_keys(cfg: Any) -> list[str]:
+    """The keys of the agent code the run imports: ``task.environment._target_`` when an
+    environment names a class, and each ``task.tools.N``."""
+    keys = []
+    environment = _view(cfg, "task.environment")
+    if isinstance(environment, dict) and environment.get("_target_"):
+        keys.append("task.environment._target_")
+    tools = _view(cfg, "task.tools")
+    keys += [f"task.tools.{i}" for i in range(len(tools))] if isinstance(tools, list) else []
+    return keys
 
 
 def _reward_entries(cfg: Any) -> list[Any]:
@@ -672,6 +687,10 @@ def outside_code(cfg: Any, hydra: Any = None) -> list[tuple[str, str, str]]:
         reward = _select(cfg, key)
         if reward and reward not in ART_HYDRA_REWARDS:
             found.append(("reward", str(reward), _file_of(str(reward))))
+    for key in agent_keys(cfg):
+        code = _select(cfg, key)
+        if code and code not in ART_HYDRA_ENVIRONMENTS | ART_HYDRA_TOOLS:
+            found.append((key_role(key), str(code), _file_of(str(code))))
     generator = _select(cfg, "task.generator")
     generated = str(_select(cfg, "task.source")) in ("generated", "TaskSource.generated")
     if generated and generator and generator not in ART_HYDRA_GENERATORS:

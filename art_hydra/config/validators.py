@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from art_hydra.config import (
+    agent_rules,  # noqa: F401  (registers the agent keys' rules)
     rollout_rules,  # noqa: F401  (registers the engine rules)
     run_files,
 )

@@ -124,6 +124,9 @@ class Evaluator:
         self.sampled = SamplingSettings(self.ev.temperature, cfg.rl.top_k, cfg.rl.top_p, suppress)
         self.max_new = self.ev.max_completion_length or cfg.rl.max_completion_length
         self.names = [r.spec.name for r in rewards]
+        #: Multi-turn tool rollouts (:class:`~art_hydra.engine.envs.session.Agent`): each
+        #: evaluation prompt is rolled out with its own environment, as in training.
+        self.agent: Any = None
         #: The last evaluation's metrics (the run's end line quotes them).
         self.last: dict[str, float] = {}
 
@@ -136,13 +139,17 @@ class Evaluator:
         rewards: list[Any],
         world: Any,
         engine: Any = None,
+        agent: Any = None,
     ) -> Evaluator | None:
         """The run's evaluator (None with evaluation off), on the data and with the
-        rewards :func:`art_hydra.engine.recipe.build_run_parts` handed the recipe, and
-        the run's rollout engine (None: the torch sampler)."""
+        rewards :func:`art_hydra.engine.recipe.build_run_parts` handed the recipe, the
+        run's rollout engine (None: the torch sampler), and its agent (multi-turn tool
+        rollouts, as in training; None: single-turn)."""
         if not enabled(cfg):
             return None
-        return cls(cfg, loaded, rewards, examples, world, engine)
+        found = cls(cfg, loaded, rewards, examples, world, engine)
+        found.agent = agent
+        return found
 
     def describe(self) -> str:
         """The start-up line: what is evaluated, on what, how often."""
@@ -296,15 +303,24 @@ class Evaluator:
         from art_hydra.tasks.scoring import score_rewards
 
         tok = self.loaded.tokenizer
-        requests = [Request(tuple(p), self.max_new, self.stop_ids) for p in prompts]
-        done = self.engine.generate(
-            requests, settings, generator, timeout_s=self.cfg.timeouts.rollout_s
-        )
-        completions = [c.token_ids for c in done]
-        texts = tok.batch_decode(completions, skip_special_tokens=True)
+        timeout = self.cfg.timeouts.rollout_s
+        agent_args = None
+        if self.agent is not None:
+            batch = self._agent_batch(examples, settings, generator)
+            completions, texts, agent_args = batch.completions, batch.texts, batch.reward_args
+        else:
+            requests = [Request(tuple(p), self.max_new, self.stop_ids) for p in prompts]
+            done = self.engine.generate(requests, settings, generator, timeout_s=timeout)
+            completions = [c.token_ids for c in done]
+            texts = tok.batch_decode(completions, skip_special_tokens=True)
         pairs = list(zip(examples, texts, strict=True))
         scores = score_rewards(
-            self.rewards, pairs, self.cfg.timeouts.reward_s, completions, global_step=step
+            self.rewards,
+            pairs,
+            self.cfg.timeouts.reward_s,
+            completions,
+            global_step=step,
+            agent=agent_args,
         )
         per = [
             {name: values[i] for name, values in zip(self.names, scores.per_reward, strict=True)}
@@ -316,6 +332,21 @@ class Evaluator:
                 examples, texts, completions, scores.totals, per, strict=True
             )
         ]
+
+    def _agent_batch(self, examples: list[Example], settings: Any, generator: Any) -> Any:
+        """Multi-turn tool rollouts of ``examples``, as the producer rolls them out."""
+        from art_hydra.engine.envs.loop import TurnRules
+        from art_hydra.engine.envs.session import agent_rollouts
+
+        timeout = self.cfg.timeouts.rollout_s
+
+        def sample(engine: Any, requests: list[Any]) -> list[Any]:
+            return engine.generate(requests, settings, generator, timeout_s=timeout)
+
+        def rules(agent: Any) -> TurnRules:
+            return TurnRules.of(agent, self.cfg, self.max_new, self.stop_ids, None)
+
+        return agent_rollouts(self.agent, examples, rules, sample, self.engine)
 
     def _loss(
         self, model: Any, examples: list[Example], prompts: list[list[int]], sums: _Sums

@@ -168,6 +168,8 @@ class MetricsLog:
                     "loss": f"{record['loss']:.4f}",
                     "tok/s": f"{record['tokens_per_s']:.0f}",
                 }
+                if record.get("tool_calls_mean") is not None:
+                    postfix = {"tools": f"{record['tool_calls_mean']:.2f}", **postfix}
                 if record.get("reward_mean") is not None:
                     postfix = {"reward": f"{record['reward_mean']:.3f}", **postfix}
                 self._bar.set_postfix(postfix)

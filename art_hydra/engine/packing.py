@@ -76,14 +76,32 @@ class Sequence:
     sampler_logprobs: list[float] | None = None
     #: Train on prompt tokens too (SFT without completion_only_loss).
     train_prompt: bool = False
+    #: Per completion token, 1 where it trains and 0 where it does not: a multi-turn
+    #: completion trains on what the model sampled (or, in SFT, its assistant turns),
+    #: never on tool results or template text between turns. None: every completion
+    #: token trains. Always as long as the completion (refused otherwise).
+    completion_mask: list[int] | None = None
+
+    def __post_init__(self) -> None:
+        mask = self.completion_mask
+        if mask is not None and len(mask) != len(self.tokens) - self.prompt_len:
+            raise ValueError(
+                f"a completion of {len(self.tokens) - self.prompt_len} tokens has a mask of "
+                f"{len(mask)}: the mask must cover each completion token once"
+            )
 
     @property
     def loss_tokens(self) -> int:
         """How many of its positions :func:`pack` trains on (its share of a batch's
         ``loss_mask``): every token after the first trained one; without a prompt token
-        the first completion token has no past to be predicted from."""
+        the first completion token has no past to be predicted from. Under a
+        ``completion_mask``, its masked completion tokens are not counted."""
         first = 0 if self.train_prompt else max(self.prompt_len - 1, 0)
-        return max(len(self.tokens) - 1 - first, 0)
+        count = max(len(self.tokens) - 1 - first, 0)
+        if self.completion_mask is not None:
+            lead = 1 if self.prompt_len == 0 and not self.train_prompt else 0
+            count -= sum(1 for m in self.completion_mask[lead:] if not m)
+        return count
 
 
 @dataclass
@@ -123,6 +141,9 @@ class PackedBatch:
     #: Trained by the policy that sampled it, once: the old logprobs are the training
     #: forward's own, detached (``old_logprobs`` is unused).
     on_policy: bool = False
+    #: True at the slots predicting a completion token, trained or masked (None: the
+    #: trained slots are exactly those, as before multi-turn masks).
+    completion_slots: torch.Tensor | None = None
 
     @property
     def loss_tokens(self) -> float:
@@ -172,6 +193,8 @@ class PackedBatch:
             self.sees_ids = self.sees_ids.to(device)
         if self.sampler_logprobs is not None:
             self.sampler_logprobs = self.sampler_logprobs.to(device)
+        if self.completion_slots is not None:
+            self.completion_slots = self.completion_slots.to(device)
         return self
 
 
@@ -186,7 +209,8 @@ def completion_values(
     and grouped by owner (a stable sort) are each sequence's values in order; a sequence
     without a prompt token cannot have its first token predicted and gets 0.0 for it.
     """
-    chosen = (batch.loss_mask > 0) & (batch.seq_ids >= 0)
+    slots = batch.completion_slots if batch.completion_slots is not None else batch.loss_mask > 0
+    chosen = slots & (batch.seq_ids >= 0)
     owners = batch.seq_ids[chosen]
     found = values.detach()[chosen].float()
     order = torch.argsort(owners, stable=True)
@@ -390,6 +414,9 @@ class _Slots:
     advantages: list[float]
     old: list[float]
     sampler: list[float]
+    #: Slots that predict a completion token (trained or masked): where
+    #: :func:`completion_values` reads each sequence's values.
+    completion: list[bool]
     #: The sequence whose slots each slot may see besides its own: a shared prompt's
     #: (ids from len(sequences) on), or -2 (none; never an owner, not even padding's -1).
     #: None when no prompt is shared.
@@ -407,6 +434,7 @@ class _Slots:
             [0.0] * size,
             [0.0] * size,
             [0.0] * size,
+            [False] * size,
             [-2] * size if sees else None,
         )
 
@@ -444,6 +472,10 @@ class _Slots:
         self.advantages[first : end - 1] = [float(seq.advantage)] * (end - 1 - first)
         lead = 1 if p == 0 else 0  # (the untrainable first token, as above)
         span = slice(offset - skip + p - 1 + lead, end - 1)
+        self.completion[span] = [True] * (span.stop - span.start)
+        if seq.completion_mask is not None:  # tool results and template text do not train
+            kept = seq.completion_mask[n - p - (span.stop - span.start) :]
+            self.mask[span] = [m if k else 0.0 for m, k in zip(self.mask[span], kept, strict=True)]
         _place(self.old, index, seq.old_logprobs, n - p, span, "old logprobs")
         _place(self.sampler, index, seq.sampler_logprobs, n - p, span, "sampling logprobs")
         return end
@@ -472,6 +504,7 @@ class _Slots:
                 if any(s.sampler_logprobs is not None for s in sequences)
                 else None
             ),
+            completion_slots=torch.tensor(self.completion, dtype=torch.bool).view(shape),
         )
 
 

@@ -261,14 +261,18 @@ class RLProducer:
         sampling: SamplingSettings,
         world: World | None = None,
         engine: Any = None,
+        agent: Any = None,
     ) -> None:
         """``cfg`` is the run's validated config: the producer reads its ``rl``,
         ``producer`` and ``timeouts`` sections, the completions per step
         (``trainer.per_device_train_batch_size``), ``model.max_seq_length`` and ``seed``.
         ``sampling`` must be the trainer's, so logprobs match rollouts. ``engine`` is the
         rollout engine (:mod:`art_hydra.engine.rollout`; None: the one ``rollout.engine``
-        names, built here)."""
+        names, built here). ``agent`` (:class:`~art_hydra.engine.envs.session.Agent`):
+        multi-turn rollouts with its environments and tools; None: single-turn."""
         rl_cfg, producer_cfg, seed = cfg.rl, cfg.producer, cfg.seed
+        self.agent, self.cfg = agent, cfg
+        self.rewards = list(task.rewards) + (agent_reward() if agent and agent.has_reward else [])
         self.loaded = loaded
         self.task = task
         #: This rank and the number of ranks: each rank samples its own slice of every
@@ -293,10 +297,7 @@ class RLProducer:
             and not rl_cfg.overlap_rollouts
         )
         self.stop_ids = stop_token_ids(loaded)
-        ids = encode_checked(
-            loaded.tokenizer, task.examples, rl_cfg.max_prompt_length, "rl.max_prompt_length"
-        )
-        self.prompt_ids = {prompt_key(ex): p for ex, p in zip(task.examples, ids, strict=True)}
+        self.prompt_ids = self._encoded() if agent is None else {}
         self.stream = ExampleStream(task.examples, seed, producer_cfg.shuffle)
         self.generator = torch.Generator(device=loaded.device).manual_seed(
             seed_for(seed, self.rank)
@@ -311,6 +312,14 @@ class RLProducer:
         #: What samples the rollouts (rollout.engine): the torch sampler on the policy (or,
         #: with rl.overlap_rollouts, on a copy of it), or an engine holding its own weights.
         self.engine = engine if engine is not None else build_rollout_engine(loaded, cfg, world)
+
+    def _encoded(self) -> dict[Any, list[int]]:
+        """Every prompt's ids by its key, checked against rl.max_prompt_length (an
+        agent's prompts are encoded per rollout: they depend on its environment)."""
+        examples = self.task.examples
+        limit = self.rl.max_prompt_length
+        ids = encode_checked(self.loaded.tokenizer, examples, limit, "rl.max_prompt_length")
+        return {prompt_key(ex): p for ex, p in zip(examples, ids, strict=True)}
 
     def needs_rollouts(self) -> bool:
         """Whether the next input needs a new generation batch."""
@@ -352,18 +361,32 @@ class RLProducer:
         n = self.rl.num_generations
         per_rank = self.groups * self.rl.steps_per_generation
         examples = _slice(self.stream.take(per_rank * self.ranks), per_rank, self.rank)
-        repeated = [self.prompt_ids[prompt_key(ex)] for ex in examples for _ in range(n)]
-        completions, logprobs, old = self._sample(examples, repeated)
+        batch = self._agent_batch(examples) if self.agent is not None else None
+        if batch is not None:
+            repeated, completions, logprobs = batch.prompts, batch.completions, batch.logprobs
+            old = self._old(repeated, completions)
+        else:
+            repeated = [self.prompt_ids[prompt_key(ex)] for ex in examples for _ in range(n)]
+            completions, logprobs, old = self._sample(examples, repeated)
         self.generations += 1
-        texts = self.loaded.tokenizer.batch_decode(completions, skip_special_tokens=True)
-        scores = self._score(examples, texts, completions)
+        texts = (
+            batch.texts
+            if batch is not None
+            else self.loaded.tokenizer.batch_decode(completions, skip_special_tokens=True)
+        )
+        scores = self._score(examples, texts, completions, batch.reward_args if batch else None)
         rewards = scores.totals
         advantages, zero_spread = group_advantages(
             rewards, n, self.rl.scale_rewards, estimator=self.rl.advantage_estimator
         )
+        masks = batch.masks if batch is not None else [None] * len(completions)
         sequences = [
-            Sequence(tokens=p + c, prompt_len=len(p), advantage=a, sampler_logprobs=lp)
-            for p, c, a, lp in zip(repeated, completions, advantages, logprobs, strict=True)
+            Sequence(
+                tokens=p + c, prompt_len=len(p), advantage=a, sampler_logprobs=lp, completion_mask=m
+            )
+            for p, c, a, lp, m in zip(
+                repeated, completions, advantages, logprobs, masks, strict=True
+            )
         ]
         for seq, values in zip(sequences, old or (), strict=False):
             seq.old_logprobs = values
@@ -383,7 +406,41 @@ class RLProducer:
         ]
         for mini in minis:
             mini.generation_loss_tokens = generation_tokens
+        if batch is not None:
+            _with_conversations(minis, batch, n, self.groups)
         return minis
+
+    def _agent_batch(self, examples: list[Example]) -> Any:
+        """Multi-turn rollouts of ``examples`` (each ``rl.num_generations`` times), one
+        environment each, sampled turn by turn on the rollout engine."""
+        from art_hydra.engine.envs.session import agent_rollouts
+
+        repeated = [ex for ex in examples for _ in range(self.rl.num_generations)]
+
+        def sample(engine: Any, requests: list[Request]) -> list[Any]:
+            try:
+                return engine.generate(
+                    requests, self.sampling, self.generator, timeout_s=self.timeouts.rollout_s
+                )
+            except InvalidDistributionError as exc:
+                raise exc.located(self.step, [ex.prompt for ex in repeated]) from None
+
+        return agent_rollouts(self.agent, repeated, self._turn_rules, sample, self.engine)
+
+    def _turn_rules(self, agent: Any) -> Any:
+        from art_hydra.engine.envs.loop import TurnRules
+
+        budget, prompt = self.rl.max_completion_length, self.rl.max_prompt_length
+        return TurnRules.of(agent, self.cfg, budget, self.stop_ids, prompt)
+
+    def _old(
+        self, prompts: list[list[int]], completions: list[list[int]]
+    ) -> list[list[float]] | None:
+        """Off-policy steps' old logprobs (None on policy), as :meth:`_sample` takes them."""
+        if self.on_policy:
+            return None
+        with eval_mode(self.sampled_from) as model, self.loaded.compute_precision():
+            return self._old_logprobs(model, prompts, completions)
 
     def _sample(
         self, examples: list[Example], repeated: list[list[int]]
@@ -403,25 +460,26 @@ class RLProducer:
             raise exc.located(self.step, prompts) from None
         completions = [c.token_ids for c in done]
         logprobs = [c.logprobs for c in done]
-        if self.on_policy:
-            return completions, logprobs, None
-        with eval_mode(self.sampled_from) as model, self.loaded.compute_precision():
-            old = self._old_logprobs(model, repeated, completions)
-        return completions, logprobs, old
+        return completions, logprobs, self._old(repeated, completions)
 
     def _score(
-        self, examples: list[Example], texts: list[str], completions: list[list[int]]
+        self,
+        examples: list[Example],
+        texts: list[str],
+        completions: list[list[int]],
+        agent_args: dict[str, list[Any]] | None = None,
     ) -> Scores:
         """The rewards of the generation batch just sampled (``self.generations`` counts
         it); completions no reward applies to are reported, and total 0 as in TRL."""
         n = self.rl.num_generations
         pairs = list(zip((ex for ex in examples for _ in range(n)), texts, strict=True))
         scores = score_rewards(
-            self.task.rewards,
+            self.rewards,
             pairs,
             self.timeouts.reward_s,
             completions,
             global_step=(self.generations - 1) * self.rl.steps_per_generation,
+            agent=agent_args,
         )
         if scores.none_all and not self.none_warned:
             self.none_warned = True
@@ -516,6 +574,28 @@ class RLProducer:
         self.generations = state["generations"]
 
 
+def agent_reward() -> list[Any]:
+    """An environment's ``get_reward()`` as one more reward, named ``environment``."""
+    from art_hydra.engine.envs.session import ENV_REWARD, environment_reward
+    from art_hydra.tasks.reward_set import RewardSpec
+    from art_hydra.tasks.scoring import bind
+
+    spec = RewardSpec("task.environment._target_", "get_reward()", 1.0, ENV_REWARD)
+    return [bind(environment_reward, spec)]
+
+
+def _with_conversations(minis: list[MiniBatch], batch: Any, n: int, groups: int) -> None:
+    """Give each mini-batch its trajectories' agent metrics, and each logged completion
+    its conversation (OpenAI chat shape) in completions.jsonl."""
+    size = groups * n
+    for number, mini in enumerate(minis):
+        mini.info.update(batch.info)
+        for g, sample in enumerate(mini.samples):
+            for i, completion in enumerate(sample["completions"]):
+                index = number * size + g * n + i
+                completion["messages"] = batch.conversations[index]
+
+
 class RolloutsAhead:
     """rl.overlap_rollouts: the next generation batch is sampled on a thread of its own
     (on the producer's copy of the policy) while the trainer's thread trains on the
@@ -597,8 +677,12 @@ class SFTProducer:
         trained on under sft.completion_only_loss (assistant-only loss for ``messages``
         data: its last assistant turn)."""
         tok = self.loaded.tokenizer
-        prompt = encode_prompt(tok, example)
         train_prompt = not self.sft.completion_only_loss
+        if example.conversation:  # every assistant turn trains, tool calls included
+            from art_hydra.engine.conversation import example_sequence
+
+            return example_sequence(tok, example, self.task.tool_schemas, train_prompt)
+        prompt = encode_prompt(tok, example)
         return answer_sequence(tok, prompt, example.answer or "", train_prompt)
 
     def make_inputs(self) -> list[PackedBatch]:

@@ -173,7 +173,29 @@ class ProcessGroup:
         stop.agreed = bool(sums[12])  # every rank stops at this step if any was signalled
         combined.update(self._combine_rewards(last))
         combined.update(self._combine_stats(result))
+        combined.update(self._combine_agent(last, n))
         return combined
+
+    def _combine_agent(self, last: dict[str, Any], n: float) -> dict[str, float]:
+        """Multi-turn tool rollouts' metrics over every rank: per-trajectory means
+        weighted by each rank's trajectories, tool errors and time summed (every rank
+        has an agent or none has)."""
+        if "tool_calls_mean" not in last:
+            return {}
+        means = ("tool_calls_mean", "turns_mean", "masked_token_share")
+        totals = ("tool_errors", "tool_time_s")
+        sums = self._across(
+            "combining the tool metrics",
+            distributed.all_sum,
+            [
+                n,
+                *(n * float(last[k] or 0.0) for k in means),
+                *(float(last[k] or 0.0) for k in totals),
+            ],
+        )
+        found = {k: v / max(sums[0], 1.0) for k, v in zip(means, sums[1:4], strict=True)}
+        found.update(zip(totals, sums[4:], strict=True))
+        return found
 
     def _combine_stats(self, result: Any) -> dict[str, float]:
         """The loss's further statistics over every rank: means weighted by each rank's

@@ -92,14 +92,44 @@ def build_run_parts(
     if derived:  # a hub id downloaded at load: its positions are known only now
         settle_max_seq_length(run, getattr(loaded.model, "config", None))
     if run.algorithm.name == AlgorithmName.sft:
+        task = replace(task, tool_schemas=agent_schemas(config))
         trainer = Trainer(loaded, run.trainer, TrainingLoss.for_sft(), world)
         return RunParts(trainer, SFTProducer(loaded, task, run, world), held, task.rewards)
     # One settings object for rollouts and training logprobs: they must never differ.
     sampling = SamplingSettings.from_config(run.rl, suppressed_ids(loaded.tokenizer))
     trainer = Trainer(loaded, run.trainer, TrainingLoss.for_rl(run.rl, sampling), world)
     engine = build_rollout_engine(loaded, run, world)
-    producer = RLProducer(loaded, task, run, sampling, world, engine)
-    return RunParts(trainer, producer, held, task.rewards, engine)
+    agent = build_agent(config, loaded)
+    task = replace(task, tool_schemas=agent.schemas if agent is not None else None)
+    producer = RLProducer(loaded, task, run, sampling, world, engine, agent)
+    return RunParts(trainer, producer, held, producer.rewards, engine)
+
+
+def build_agent(config: DictConfig, loaded: Any) -> Any:
+    """The run's agent (task.environment, task.tools) over the loaded tokenizer; None
+    for single-turn tasks."""
+    from art_hydra.engine.envs.session import Agent
+    from art_hydra.tasks.agent_code import environment_kwargs, resolve_agent_code, uses_agent_code
+
+    task_cfg = config.task
+    if not uses_agent_code(task_cfg):
+        return None
+    env_class, functions = resolve_agent_code(task_cfg)
+    kwargs = environment_kwargs(task_cfg)
+    return Agent(env_class, kwargs, functions, loaded.tokenizer, str(task_cfg.tool_parser))
+
+
+def agent_schemas(config: DictConfig) -> list[dict[str, Any]] | None:
+    """The task's tools' schemas (task.environment's methods, task.tools) without an
+    agent: what SFT renders its conversations with; None without tools."""
+    from art_hydra.engine.envs.session import tool_schemas
+    from art_hydra.engine.envs.tools import function_tools
+    from art_hydra.tasks.agent_code import resolve_agent_code, uses_agent_code
+
+    if not uses_agent_code(config.task):
+        return None
+    env_class, functions = resolve_agent_code(config.task)
+    return tool_schemas(env_class, function_tools(functions)) or None
 
 
 def settle_max_seq_length(run: RunConfig, loaded_config: Any = None) -> None:
@@ -352,6 +382,7 @@ class TrainingRecipe:
             parts.eval_rewards,
             self.world,
             parts.engine,
+            getattr(parts.producer, "agent", None),
         )
         if self.evaluator is not None:
             log.info("%s", self.evaluator.describe())
@@ -452,6 +483,8 @@ class TrainingRecipe:
         """The optional warmup pass, then one optimizer step a turn up to
         ``trainer.max_steps``; a stop ends the loop after a checkpoint of its step."""
         run, ranks, stop = self.run, self.ranks, self.stop
+        if self.start_step == 0 and run.algorithm.name == AlgorithmName.rl:
+            self._sft_warm_start()  # a new run only: a resumed one has it in its weights
         if run.trainer.warmup_pass and self.start_step == 0:
             self._warmup()
         for step in range(self.start_step + 1, run.trainer.max_steps + 1):
@@ -471,6 +504,24 @@ class TrainingRecipe:
                 self.finished = _LastStep.take(step, self.producer)
         if ranks.stopping(stop) and self.trainer.step > 0 and self.saved_step != self.trainer.step:
             self.save(self.trainer.step)  # the signal came between the step's check and the next
+
+    def _sft_warm_start(self) -> None:
+        """``rl.sft_warm_start_steps``: SFT on the task's demonstrations before the first
+        RL step (:mod:`art_hydra.engine.warm_start`), on the trainer's thread; the sampler
+        then samples from the warm-started weights."""
+        steps = self.run.rl.sft_warm_start_steps
+        if not steps:
+            return
+        from art_hydra.engine.warm_start import warm_start
+
+        trainer, producer = self.trainer, self.producer
+        found = self.channel.run_on_trainer_thread(
+            lambda: warm_start(trainer.loaded, producer.task, self.run, self.world),
+            f"the SFT warm start ({steps} steps)",
+            steps * self.run.timeouts.step_s,
+        )
+        producer.refresh_sampler()
+        log.info("SFT warm start done: %s", ", ".join(f"{k} {v:.4f}" for k, v in found.items()))
 
     def _warmup(self) -> None:
         """``trainer.warmup_pass``: one input through the trainer that changes no weight."""
@@ -765,7 +816,20 @@ def _step_metrics(result: Any, elapsed: float) -> dict[str, Any]:
         **result.stats,
         # Each reward's own mean, std and count (reward/<name>/...), next to the total's.
         **{k: v for k, v in result.info.items() if k.startswith("reward/")},
+        # Multi-turn tool rollouts: tool calls and turns per trajectory, masked share, ...
+        **{k: result.info[k] for k in AGENT_METRICS if k in result.info},
     }
+
+
+#: The agent metrics a step of multi-turn tool rollouts reports (see
+#: :func:`art_hydra.engine.envs.loop.agent_metrics`).
+AGENT_METRICS = (
+    "tool_calls_mean",
+    "turns_mean",
+    "masked_token_share",
+    "tool_errors",
+    "tool_time_s",
+)
 
 
 def _sampling_for(producer: Any, step: int) -> None:

@@ -21,6 +21,7 @@ from art_hydra.config.problems import Problem, fix, placeholder
 from art_hydra.config.trust import by_hand
 from art_hydra.preflight.common import world_problem
 from art_hydra.preflight.devices import backend_problems
+from art_hydra.preflight.environments import environment_problems as agent_problems
 from art_hydra.preflight.evaluation import evaluation_problems
 from art_hydra.preflight.folders import for_sweep, run_folder_problems
 from art_hydra.preflight.model import model_problems
@@ -79,6 +80,7 @@ ENVIRONMENT_SECTIONS = (
     "logging",
     "eval",
     "rollout",
+    "timeouts",
 )
 
 
@@ -100,6 +102,7 @@ _READS: dict[str, tuple[str, ...]] = {
     "trackers": ("logging",),
     "eval": ("eval", "task", "algorithm", "rl", "sft", "seed"),
     "rollout": ("rollout", "model", "backend", "algorithm", "rl", "eval"),
+    "environments": ("task", "model", "algorithm", "rl", "sft", "seed", "timeouts"),
 }
 
 
@@ -210,6 +213,7 @@ def _register_own_checks() -> None:
         ("backend", backend_problems, True),
         ("trackers", tracker_problems, False),
         ("eval", evaluation_problems, False),
+        ("environments", agent_problems, False),
         ("rollout", rollout_engine_problems, True),
     ):
         world_check(check, name=name, reads=_READS[name], devices=devices)

@@ -52,9 +52,6 @@ class DataStats:
     no_answer: str | None = None
     #: Where the first conversational prompt is (None: every prompt is text).
     conversation: str | None = None
-    #: Rows whose prompt holds an earlier assistant turn, and where the first is.
-    multi_turn: int = 0
-    first_multi_turn: str | None = None
     #: The first rows, on which the pre-flight calls each reward.
     rows: list[Example] = field(default_factory=list)
     #: The columns every row has (None before the first), and those some row has.
@@ -89,9 +86,6 @@ class DataStats:
             self.no_answer = _where(where, example)
         if example.messages and self.conversation is None:
             self.conversation = _where(where, example)
-        if any(role == "assistant" for role, _ in example.messages):
-            self.multi_turn += 1
-            self.first_multi_turn = self.first_multi_turn or _where(where, example)
         if self.lengths is not None:
             self.lengths.add(_where(where, example), example)
 
@@ -145,7 +139,6 @@ def task_problems(cfg: DictConfig) -> list[Problem]:
         problems
         + _unused_column_problems(stats)
         + _template_problems(cfg, stats)
-        + _multi_turn_problems(cfg, stats, key, value)
         + _length_problems(cfg, stats, key)
     )
 
@@ -198,28 +191,6 @@ def _remote_problems(cfg: DictConfig) -> list[Problem]:
             "The pre-flight never contacts a host, so their rows, lengths and answers are "
             "checked only as the run reads them.",
             fix(note="download them into the folder to have them checked before the run"),
-            warning=True,
-        )
-    ]
-
-
-def _multi_turn_problems(cfg: DictConfig, stats: DataStats, key: str, value: Any) -> list[Problem]:
-    """SFT on conversations trains each row's last assistant turn (one prompt/answer
-    boundary per packed sequence); earlier assistant turns are context, where TRL's
-    assistant-only loss trains them all. Said, so nobody loses that signal unaware."""
-    if cfg.algorithm.name != AlgorithmName.sft or not stats.multi_turn:
-        return []
-    return [
-        world_problem(
-            key,
-            value,
-            f"{stats.multi_turn} conversation(s) hold more than one assistant turn (the first: "
-            f"{stats.first_multi_turn}); SFT trains each row's last assistant turn only, the "
-            "earlier ones are context (TRL's assistant_only_loss trains them all).",
-            fix(
-                note="split each conversation into one row per assistant turn (the turns "
-                "before it as the prompt) to train every turn"
-            ),
             warning=True,
         )
     ]
@@ -382,6 +353,8 @@ def chat_template_known(model_cfg: Any) -> bool | None:
     loading it (:func:`art_hydra.folder_tokenizer.chat_template`, the reader the length
     check uses): False for the tiny model, None where the files are not at hand (a hub id
     not cached, a folder without tokenizer files: the model check reports that)."""
+    if model_cfg.get("chat_template"):
+        return True  # model.chat_template replaces the tokenizer's (read by its own check)
     if model_cfg.source == ModelSource.tiny:
         return False
     folder = model_folder(model_cfg)

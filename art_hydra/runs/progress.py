@@ -70,6 +70,9 @@ def progress_line(record: dict[str, Any], max_steps: int, elapsed_s: float, step
     reward = record.get("reward_mean")
     if isinstance(reward, (int, float)):
         parts.append(f"reward {reward:.3f}")
+    calls = record.get("tool_calls_mean")
+    if isinstance(calls, (int, float)):
+        parts.append(f"tool calls {calls:.2f}")
     loss = record.get("loss")
     if isinstance(loss, (int, float)):
         parts.append(f"loss {loss:.4g}")

@@ -29,6 +29,10 @@ class Task:
     examples: list[Example]
     #: The rewards, weighted (see :mod:`art_hydra.tasks.reward_set`).
     rewards: list[BoundReward]
+    #: The JSON schemas of the task's tools (``task.environment``'s methods and
+    #: ``task.tools``), which the chat template shows in every prompt and demonstration;
+    #: None: no tools. Set once the run resolves them.
+    tool_schemas: list[dict[str, Any]] | None = None
 
     def charset(self) -> str:
         """Every character of every prompt and answer (the tiny model's vocabulary)."""
@@ -183,6 +187,10 @@ def with_system_prompt(example: Example, system_prompt: str | None) -> Example:
     conversation that brings its own system turn keeps it."""
     if not system_prompt:
         return example
+    if example.conversation and '"role": "system"' not in example.conversation[0]:
+        # A demonstration is rendered as its rollout would be: under the same system turn.
+        system = {"role": "system", "content": system_prompt}
+        example = replace(example, conversation=(system, *example.conversation_messages()))
     if not example.messages:
         return replace(example, messages=(("system", system_prompt), ("user", example.prompt)))
     if any(role == "system" for role, _ in example.messages):

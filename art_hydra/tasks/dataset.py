@@ -45,11 +45,9 @@ from urllib.parse import urlparse
 from art_hydra import model_files, safe_json
 from art_hydra.config.yaml_guard import YamlRefused, read_text_bounded, text_refusal
 from art_hydra.safe_paths import open_regular
-from art_hydra.tasks.examples import Example, not_text
+from art_hydra.tasks.examples import Example, message_problem, not_text
 from art_hydra.tasks.jsonl import iter_records
 
-#: Roles a message may have (OpenAI's and TRL's chat roles).
-ROLES = ("system", "developer", "user", "assistant", "tool")
 #: Columns that usually hold the prompt or the answer, offered as the mapping's value when
 #: the expected column is missing.
 PROMPT_GUESSES = ("question", "instruction", "query", "problem", "input", "text")
@@ -124,27 +122,64 @@ class SourceError(Exception):
 
 
 def _messages(value: list[Any], column: str) -> tuple[tuple[str, str], ...] | str:
-    """TRL's conversational value (a list of {role, content}) as pairs, or why not."""
+    """TRL's conversational value (a list of {role, content}) as pairs, or why not. An
+    assistant turn that calls tools may have no content (its pair holds ``""``); its
+    ``tool_calls`` are checked here and kept by :func:`_conversation`."""
     if not value:
         return f"'{column}' is an empty list of messages"
     pairs = []
     for i, message in enumerate(value):
-        at = f"'{column}'[{i}]"
-        if not isinstance(message, Mapping):
-            return f"{at} must be a {{role, content}} object, not {type(message).__name__}"
-        role, content = message.get("role"), message.get("content")
-        if role not in ROLES:
-            return f"{at} has the role {role!r}; a message's role is one of {', '.join(ROLES)}"
-        if isinstance(content, list):
-            return (
-                f"{at} has its content as a list of parts (TRL's multimodal format: images, "
-                "audio); art_hydra trains text models, so a message's content must be a string"
-            )
-        reason = not_text(content, optional=False)
-        if reason is not None:
-            return f"{at}'s content {reason}"
-        pairs.append((role, content))
+        found = message_problem(_present(message), f"'{column}'[{i}]")
+        if found is not None:
+            return found
+        pairs.append((message["role"], message.get("content") or ""))
     return tuple(pairs)
+
+
+def _present(message: Any) -> Any:
+    """A message without the keys whose value is null (a parquet or Arrow column of
+    message structs gives every message every key: a user turn's ``tool_calls: null``)."""
+    if not isinstance(message, Mapping):
+        return message
+    return {k: v for k, v in message.items() if v is not None or k == "content"}
+
+
+def _is_tool_conversation(value: list[Any]) -> bool:
+    """Whether a ``messages`` row is more than a prompt and one answer: an assistant turn
+    with tool calls, a tool result, or several assistant turns. SFT then trains on every
+    assistant turn of it (:attr:`Example.conversation`)."""
+    present = [_present(m) for m in value]
+    assistants = [m for m in present if m.get("role") == "assistant"]
+    return (
+        len(assistants) > 1
+        or any(m.get("tool_calls") for m in assistants)
+        or any(m.get("role") == "tool" for m in present)
+    )
+
+
+def _row_tools(record: Mapping[str, Any]) -> BadRow | None:
+    """Why a row's ``tools`` column (TRL's per-row JSON schemas of the tools the
+    conversation may call) is not a list of ``{type: function, function: {name, ...}}``,
+    or its JSON text (None: it is, or there is none)."""
+    tools = record.get("tools")
+    if tools is None:
+        return None
+    if isinstance(tools, str):
+        try:
+            tools = safe_json.loads(tools)
+        except ValueError:
+            return BadRow("'tools' is text that is not JSON; it holds the tools' JSON schemas")
+    if not isinstance(tools, list) or not all(
+        isinstance(t, Mapping)
+        and isinstance(t.get("function"), Mapping)
+        and isinstance(t["function"].get("name"), str)
+        for t in tools
+    ):
+        return BadRow(
+            "'tools' must be a list of JSON schemas {type: 'function', function: {name, "
+            "description, parameters}} (TRL's tools column)"
+        )
+    return None
 
 
 def _text(pairs: tuple[tuple[str, str], ...]) -> str:
@@ -236,6 +271,47 @@ def _conversation(
     return _text(pairs), pairs, answer
 
 
+def _conversation_example(
+    record: Mapping[str, Any], columns: Columns, needed_by: str | None
+) -> tuple[str, tuple[tuple[str, str], ...], str | None, tuple[Any, ...] | None] | BadRow:
+    """A ``messages`` row: :func:`_conversation`'s prompt and answer, and the whole
+    conversation where it has tool calls, tool results or several assistant turns."""
+    found = _conversation(record[columns.messages], columns.messages, needed_by)
+    if isinstance(found, BadRow):
+        return found
+    value = record[columns.messages]
+    if not _is_tool_conversation(value):
+        return (*found, None)
+    bad = _row_tools(record)
+    if bad is not None:
+        return bad
+    return (*found, tuple(_present(m) for m in value))
+
+
+def _no_prompt_column(record: Mapping[str, Any], columns: Columns, needed_by: str | None) -> BadRow:
+    """A row with neither the prompt nor the conversation column: one report, with the
+    columns to map."""
+    present = list(record)
+    # The answer column is judged too, so a row missing both is one report, not two
+    # in turn (the answer's only after the prompt's is fixed).
+    answer = _answer(record, columns, needed_by)
+    mapping = {"task.columns.prompt": _guess(present, PROMPT_GUESSES)}
+    also = ""
+    if isinstance(answer, BadRow) and answer.fix:
+        mapping.update(answer.fix)
+        also = (
+            f", nor a '{columns.answer}' column (task.columns.answer)"
+            if columns.answer is not None
+            else f", nor an answer column ('completion' or 'answer'), which {needed_by} needs"
+        )
+    return BadRow(
+        f"has neither a '{columns.prompt}' column (task.columns.prompt) nor a "
+        f"'{columns.messages}' column (task.columns.messages){also}; its columns are "
+        f"{', '.join(present) or 'none'}",
+        mapping,
+    )
+
+
 def row_example(
     record: Mapping[str, Any], columns: Columns, needed_by: str | None
 ) -> Example | BadRow:
@@ -245,14 +321,17 @@ def row_example(
       ``{role, content}`` messages (conversational), with an optional answer column
       (``completion``, text or assistant messages; see :func:`_answer`);
     - else ``messages`` (``task.columns.messages``): a whole conversation, its last
-      assistant turn the answer.
+      assistant turn the answer; one with tool calls, tool results or several assistant
+      turns is also kept whole as :attr:`Example.conversation` (SFT then trains every
+      assistant turn), with the row's ``tools`` column (TRL's JSON schemas) checked and
+      kept in :attr:`Example.columns`.
 
     Every column but the prompt, the messages and TRL's ``completion`` is kept in
     :attr:`Example.columns`, under its own name, for the rewards (a mapped answer column
     such as ``solution`` stays there too, as TRL passes it); with ``task.columns.answer``
     set, the ``answer`` column the rewards see is the mapped one (a data column named
     ``answer`` is shadowed), so every reward, batched or not, gets the same answer."""
-    present = list(record)
+    conversation = None
     if columns.prompt in record:
         prompt = _prompt(record[columns.prompt], columns.prompt)
         if isinstance(prompt, BadRow):
@@ -262,36 +341,26 @@ def row_example(
             return answer
         text, pairs = prompt
     elif columns.messages in record:
-        found = _conversation(record[columns.messages], columns.messages, needed_by)
+        found = _conversation_example(record, columns, needed_by)
         if isinstance(found, BadRow):
             return found
-        text, pairs, answer = found
+        text, pairs, answer, conversation = found
     else:
-        # The answer column is judged too, so a row missing both is one report, not two
-        # in turn (the answer's only after the prompt's is fixed).
-        answer = _answer(record, columns, needed_by)
-        mapping = {"task.columns.prompt": _guess(present, PROMPT_GUESSES)}
-        also = ""
-        if isinstance(answer, BadRow) and answer.fix:
-            mapping.update(answer.fix)
-            also = (
-                f", nor a '{columns.answer}' column (task.columns.answer)"
-                if columns.answer is not None
-                else f", nor an answer column ('completion' or 'answer'), which {needed_by} needs"
-            )
-        return BadRow(
-            f"has neither a '{columns.prompt}' column (task.columns.prompt) nor a "
-            f"'{columns.messages}' column (task.columns.messages){also}; its columns are "
-            f"{', '.join(present) or 'none'}",
-            mapping,
-        )
+        return _no_prompt_column(record, columns, needed_by)
     used = {columns.prompt, columns.messages, "completion"}
     kept = {k: v for k, v in record.items() if k not in used}
     if columns.answer is not None and columns.prompt in record:
         # The mapping is the one place the answer is chosen: a batched reward's ``answer``
         # column is the mapped one, as the per-sample reward's, SFT's and evaluation's are.
         kept["answer"] = answer
-    return Example(prompt=text, answer=answer, messages=pairs, plain=not pairs, columns=kept)
+    return Example(
+        prompt=text,
+        answer=answer,
+        messages=pairs,
+        plain=not pairs,
+        columns=kept,
+        conversation=conversation,
+    )
 
 
 def unused_mappings(

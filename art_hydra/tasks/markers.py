@@ -1,16 +1,26 @@
-"""The markers that make a function eligible as a reward or a generator.
+"""The markers that make code eligible as a reward, a generator, an environment or a tool.
 
-A config file (perhaps one from elsewhere) may name only functions written to be a
-reward or a generator: those carrying ``@reward`` or ``@generator`` (see
-:mod:`art_hydra.config.targets`). Both are exported at the top level::
+A config file (perhaps one from elsewhere) may name only code written to be one: a
+function (or reward class) carrying ``@reward`` or ``@generator``, an environment class
+carrying ``@environment``, a tool function carrying ``@tool`` (see
+:mod:`art_hydra.config.targets`). All are exported at the top level::
 
-    from art_hydra import generator, reward
+    from art_hydra import environment, generator, reward, tool
 
     @reward(needs_answer=True)          # or plain @reward
     def exact(prompt: str, completion: str, answer: str | None) -> float: ...
 
     @generator
     def pairs(rng, num_examples, length=3): ...
+
+    @environment
+    class Lookup:                       # task.environment._target_=mymod.Lookup
+        def reset(self, **row): ...
+        def lookup(self, key: str) -> str: ...   # a tool: its docstring (with an
+                                                 # Args: section) is its description
+
+    @tool
+    def add(a: int, b: int) -> int: ...  # task.tools=[mymod.add], a docstring too
 
 A reward is called as ``reward(prompt=..., completion=..., answer=...)`` and a generator
 as ``generator(rng=..., num_examples=..., **task.params)``: by parameter name.
@@ -47,4 +57,20 @@ def reward(fn: Any = None, *, needs_answer: bool | None = None) -> Any:
 def generator(fn: F) -> F:
     """Mark ``fn`` as an example generator, ``fn(rng, num_examples, **task.params)``."""
     setattr(fn, ROLE_ATTR, "generator")
+    return fn
+
+
+C = TypeVar("C", bound=type)
+
+
+def environment(cls: C) -> C:
+    """Mark ``cls`` as an environment class (TRL's ``environment_factory`` shape: one
+    instance per rollout, ``reset(**row)``, its public methods the tools)."""
+    setattr(cls, ROLE_ATTR, "environment")
+    return cls
+
+
+def tool(fn: F) -> F:
+    """Mark ``fn`` as a tool function the model may call (``task.tools``)."""
+    setattr(fn, ROLE_ATTR, "tool")
     return fn

@@ -199,14 +199,18 @@ def calling(fn: Any) -> Calling | str:
     return Calling(batched, frozenset(names), takes_all, required)
 
 
-def per_sample_kwargs(example: Example, completion: str) -> dict[str, Any]:
+def per_sample_kwargs(
+    example: Example, completion: str, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Everything a per-sample reward may be given for one completion: the row's columns,
-    then art_hydra's own arguments (which win over a column of the same name)."""
+    then art_hydra's own arguments (which win over a column of the same name), then a
+    multi-turn rollout's own (``environment``, ``completion_messages``)."""
     return {
         **dict(example.columns),
         "prompt": example.prompt,
         "completion": completion,
         "answer": example.answer,
+        **(extra or {}),
     }
 
 
@@ -219,11 +223,15 @@ def batched_kwargs(
     completions: Sequence[str],
     completion_ids: Sequence[Sequence[int]] | None = None,
     global_step: int = 0,
+    agent: Mapping[str, Sequence[Any]] | None = None,
 ) -> dict[str, Any]:
     """Everything a batched reward may be given, as TRL's ``GRPOTrainer`` gives it: one
     list entry per completion (each prompt repeated for its group), every column of the
     rows as a list (None where a row lacks it), ``answer`` as a column, and
-    ``trainer_state`` (here an object with ``global_step``)."""
+    ``trainer_state`` (here an object with ``global_step``). A multi-turn rollout's
+    ``agent`` lists win: ``completions`` as each trajectory's messages (assistant turns
+    with their tool calls, and the tool results) and ``environments``, as TRL passes
+    them."""
     columns: dict[str, list[Any]] = {}
     for name in dict.fromkeys(k for ex in examples for k in ex.columns):
         columns[name] = [ex.columns.get(name) for ex in examples]
@@ -239,6 +247,7 @@ def batched_kwargs(
         if completion_ids is not None
         else [[] for _ in examples],
         "trainer_state": SimpleNamespace(global_step=global_step),
+        **(agent or {}),
     }
 
 

@@ -173,10 +173,14 @@ def score_rewards(
     timeout_s: float,
     completion_ids: Sequence[Sequence[int]] | None = None,
     global_step: int = 0,
+    agent: dict[str, list[Any]] | None = None,
 ) -> Scores:
     """Each ``(example, completion)`` scored by every reward, within ``timeout_s`` for
     them all; calling, converting and describing a failure all run in the bounded thread
-    (each may run user code: a ``__float__``, an exception's ``__str__``)."""
+    (each may run user code: a ``__float__``, an exception's ``__str__``). ``agent``:
+    a multi-turn rollout's lists for batched rewards (``environments``, ``completions``
+    as messages; see :func:`~art_hydra.tasks.reward_set.batched_kwargs`); a per-sample
+    reward gets each one's entry as ``environment`` and ``completion_messages``."""
     progress: dict[str, Any] = {"reward": 0, "index": None, "doing": "scoring"}
     per_reward: list[list[float | None]] = []
     #: (why, the exception) of the first failure, described in the worker.
@@ -187,9 +191,9 @@ def score_rewards(
             for number, reward in enumerate(rewards):
                 progress.update(reward=number, index=None, doing="scoring")
                 values = (
-                    _batched(reward, pairs, completion_ids, global_step, progress)
+                    _batched(reward, pairs, completion_ids, global_step, progress, agent)
                     if reward.calling.batched
-                    else _per_sample(reward, pairs, progress)
+                    else _per_sample(reward, pairs, progress, agent)
                 )
                 if isinstance(values, str):
                     failure.append((values, None))
@@ -231,13 +235,21 @@ def _at(pairs: Sequence[tuple[Example, str]], index: int | None) -> str:
     return _where(example, completion)
 
 
+#: A multi-turn rollout's batched arguments and each one's per-sample name.
+_SINGULAR = {"environments": "environment", "completions": "completion_messages"}
+
+
 def _per_sample(
-    reward: BoundReward, pairs: Sequence[tuple[Example, str]], progress: dict[str, Any]
+    reward: BoundReward,
+    pairs: Sequence[tuple[Example, str]],
+    progress: dict[str, Any],
+    agent: dict[str, list[Any]] | None = None,
 ) -> list[float | None] | str:
     values: list[float | None] = []
     for index, (example, completion) in enumerate(pairs):
         progress.update(index=index, doing="scoring")
-        value = reward.fn(**reward.calling.pick(per_sample_kwargs(example, completion)))
+        extra = {_SINGULAR.get(k, k): v[index] for k, v in (agent or {}).items()}
+        value = reward.fn(**reward.calling.pick(per_sample_kwargs(example, completion, extra)))
         progress["doing"] = "converting the value it returned for"
         number = _number(value)
         if isinstance(number, str):
@@ -252,9 +264,10 @@ def _batched(
     completion_ids: Sequence[Sequence[int]] | None,
     global_step: int,
     progress: dict[str, Any],
+    agent: dict[str, list[Any]] | None = None,
 ) -> list[float | None] | str:
     kwargs = batched_kwargs(
-        [ex for ex, _ in pairs], [c for _, c in pairs], completion_ids, global_step
+        [ex for ex, _ in pairs], [c for _, c in pairs], completion_ids, global_step, agent
     )
     value = reward.fn(**reward.calling.pick(kwargs))
     progress["doing"] = "converting the values it returned for"

@@ -90,6 +90,11 @@ def _rewards_called(c: DictConfig) -> bool:
     return _rl(c) or evaluates(c)
 
 
+def _agentic(c: DictConfig) -> bool:
+    """The task has an environment or tools: the multi-turn loop runs."""
+    return bool(c.task.environment) or bool(c.task.tools)
+
+
 def _several_ranks(c: DictConfig) -> bool:
     return (c.distributed.world_size or 1) > 1
 
@@ -198,6 +203,16 @@ READ_WHEN: dict[str, Reads] = {
     "task.rewards": _rewards_called,
     "task.allowed_modules": every_run,  # the trust check of every target
     "task.allow_remote_data": _source(TaskSource.dataset),
+    # The agent keys: the environment and tools are read by either algorithm (RL's
+    # rollouts, SFT's rendering of conversations); the loop's settings only with them.
+    "task.environment": every_run,
+    "task.tools": every_run,
+    "task.tool_parser": _agentic,
+    "rl.max_tool_calls": lambda c: _rl(c) and _agentic(c),
+    "rl.sft_warm_start_steps": _rl,
+    "rl.sft_warm_start_learning_rate": lambda c: _rl(c) and c.rl.sft_warm_start_steps > 0,
+    "timeouts.tool_s": _agentic,
+    "model.chat_template": every_run,
     "checkpoint.every_steps": every_run,
     "checkpoint.keep_last": every_run,
     "checkpoint.dir": every_run,
@@ -276,6 +291,10 @@ VALUES: dict[str, str] = {
     "eval.path": "/data/eval.jsonl",
     "eval.split": "test",
     "resume": "auto",
+    "task.environment": "{_target_: art_hydra.tasks.tool_lookup.LookupEnv}",
+    "task.tools": "[art_hydra.tasks.tool_lookup.lookup]",
+    "task.tool_parser": "hermes",
+    "model.chat_template": "tools",
 }
 
 #: Values for a string key whose VALUES entry a scenario already has (rl+vllm).

@@ -203,6 +203,14 @@ def test_resume_rules_and_legacy_values_are_those_the_run_folder_always_used() -
         "eval.fraction": 0.0,
         "eval.path": None,
         "eval.split": None,
+        # Issue 36's agent keys: older runs had no environment, tools or template of their own.
+        "model.chat_template": None,
+        "rl.max_tool_calls": 8,
+        "rl.sft_warm_start_steps": 0,
+        "rl.sft_warm_start_learning_rate": None,
+        "task.environment": {},
+        "task.tools": [],
+        "task.tool_parser": "auto",
     }
 
 

@@ -91,7 +91,8 @@ def test_the_config_layer_imports_neither_the_plugin_nor_the_engine() -> None:
 FLOORS: tuple[str | frozenset[str], ...] = (
     FOUNDATION | {"art_hydra.errors", "art_hydra.workers"},
     "art_hydra.config",
-    frozenset({"art_hydra.model_files", "art_hydra.folder_tokenizer"}),
+    # Files read as data: model folders, their tokenizers, the chat templates.
+    frozenset({"art_hydra.model_files", "art_hydra.folder_tokenizer", "art_hydra.templates"}),
     "art_hydra.tasks",
     "art_hydra.runs",
     "art_hydra.trackers",

@@ -208,7 +208,10 @@ def test_conversational_prompts_keep_their_messages(tmp_path: Path) -> None:
     assert (example.answer, dict(example.columns)) == ("7", {"id": 5})
 
 
-def test_messages_rows_train_on_the_last_assistant_turn(tmp_path: Path) -> None:
+def test_messages_rows_keep_every_assistant_turn(tmp_path: Path) -> None:
+    """A conversation with several assistant turns: its prompt and answer are cut before
+    the last turn (what RL and evaluation read), and the whole conversation is kept, so
+    SFT trains every assistant turn (no warning that earlier ones are lost)."""
     chat = [
         {"role": "user", "content": "2+2="},
         {"role": "assistant", "content": "4"},
@@ -219,15 +222,11 @@ def test_messages_rows_train_on_the_last_assistant_turn(tmp_path: Path) -> None:
     ((_, example),) = _examples(path, "algorithm=sft")
     assert example.answer == "7"
     assert example.messages == (("user", "2+2="), ("assistant", "4"), ("user", "and 3+4="))
+    assert example.conversation_messages() == chat
     unfinished = _write(tmp_path, "jsonl", [{"messages": chat[:3]}], "open")
     (problem,) = _world(unfinished, "algorithm=sft")["task.path"]
     assert "ends with a 'user' turn; SFT trains on the last assistant turn" in problem.reason
-    # Earlier assistant turns are context, not trained: said as a warning.
-    found = _world(path, "algorithm=sft")["task.path"]
-    (multi,) = [p for p in found if "assistant turn" in p.reason and not p.is_error]
-    assert "more than one assistant turn" in multi.reason and "last assistant turn only" in (
-        multi.reason
-    )
+    assert not [p for p in _world(path, "algorithm=sft").get("task.path", []) if "turn" in p.reason]
 
 
 def test_a_conversation_needs_a_chat_template_which_the_tiny_model_lacks(tmp_path: Path) -> None:

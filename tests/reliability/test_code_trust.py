@@ -20,7 +20,13 @@ import pytest
 from conftest import output_of, run_cli, write_model_files
 
 from art_hydra import ConfigValidationError, compose
-from art_hydra.config.targets import ART_HYDRA_GENERATORS, ART_HYDRA_REWARDS, role_of
+from art_hydra.config.targets import (
+    ART_HYDRA_ENVIRONMENTS,
+    ART_HYDRA_GENERATORS,
+    ART_HYDRA_REWARDS,
+    ART_HYDRA_TOOLS,
+    role_of,
+)
 
 #: Budgets of a JSONL task on the tiny model (max_seq_length 64).
 BUDGETS = ["rl.max_prompt_length=32", "rl.max_completion_length=32", "sft.max_length=64"]
@@ -115,16 +121,26 @@ def test_allowed_modules_can_never_list_a_library() -> None:
     assert "can never be allowed" in problems["task.allowed_modules"]
 
 
+def _function_or_class(obj: object) -> bool:
+    return inspect.isfunction(obj) or inspect.isclass(obj)
+
+
 def test_the_registry_is_exactly_art_hydras_marked_functions() -> None:
     import art_hydra.tasks
 
     marked: dict[str, set[str]] = {"reward": set(), "generator": set()}
+    marked |= {"environment": set(), "tool": set()}
     for info in pkgutil.walk_packages(art_hydra.tasks.__path__, "art_hydra.tasks."):
         module = importlib.import_module(info.name)
-        for name, fn in inspect.getmembers(module, inspect.isfunction):
+        for name, fn in inspect.getmembers(module, _function_or_class):
             if fn.__module__ == info.name and role_of(fn) is not None:
                 marked[role_of(fn)].add(f"{info.name}.{name}")
-    assert marked == {"reward": set(ART_HYDRA_REWARDS), "generator": set(ART_HYDRA_GENERATORS)}
+    assert marked == {
+        "reward": set(ART_HYDRA_REWARDS),
+        "generator": set(ART_HYDRA_GENERATORS),
+        "environment": set(ART_HYDRA_ENVIRONMENTS),
+        "tool": set(ART_HYDRA_TOOLS),
+    }
 
 
 # ---- the user's own functions ---------------------------------------------------------

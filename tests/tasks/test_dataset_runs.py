@@ -110,9 +110,9 @@ def test_a_conversation_is_refused_by_a_tokenizer_without_a_template() -> None:
         encode_prompt(build_tokenizer(), example)
 
 
-def test_sft_on_messages_trains_the_last_assistant_turn_only(
-    chat_model: Path, tmp_path: Path
-) -> None:
+def test_sft_on_messages_trains_every_assistant_turn(chat_model: Path, tmp_path: Path) -> None:
+    """A conversation with two assistant turns trains both (each with its end token), as
+    a two-turn rollout would have sampled them; the system and user turns are context."""
     overrides = [
         "task=dataset",
         f"task.path={_data(tmp_path, [{'messages': CHAT}])}",
@@ -125,11 +125,18 @@ def test_sft_on_messages_trains_the_last_assistant_turn_only(
     producer = SFTProducer(loaded, task, cfg)
     (sequence,) = producer.sequences.values()
     tok = loaded.tokenizer
-    prompt = _ids(tok, CHAT[:-1])
-    answer = list(tok("7", add_special_tokens=False)["input_ids"])
-    assert sequence.tokens == prompt + answer + [tok.eos_token_id]
-    # completion_only_loss: everything before the last assistant turn is context
-    assert (sequence.prompt_len, sequence.train_prompt) == (len(prompt), False)
+    # Context up to the first assistant turn, as a rollout's prompt is encoded.
+    prompt = _ids(tok, CHAT[:2])
+    assert sequence.tokens[: len(prompt)] == prompt and sequence.prompt_len == len(prompt)
+    completion = sequence.tokens[sequence.prompt_len :]
+    assert sequence.completion_mask is not None and not sequence.train_prompt
+    trained = [t for t, m in zip(completion, sequence.completion_mask, strict=True) if m]
+    untrained = [t for t, m in zip(completion, sequence.completion_mask, strict=True) if not m]
+    four, seven = (list(tok(a, add_special_tokens=False)["input_ids"]) for a in ("4", "7"))
+    assert trained[: len(four)] == four and trained[-len(seven) - 1 : -1] == seven
+    # The template's own turn end (text here, not the EOS id the turns stop on) and the
+    # next user turn are context, as a rollout's tool suffix would be.
+    assert tok.decode(untrained) == "</s><user>3+4=</s><assistant>"
 
 
 @pytest.mark.slow

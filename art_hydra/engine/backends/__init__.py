@@ -47,4 +47,16 @@ def load_model(
     ``charset`` is the tiny model's vocabulary (the task's characters); pretrained
     models bring their own tokenizer.
     """
-    return selected(backend_cfg).loader()(model_cfg, backend_cfg, seed, charset)
+    from art_hydra.config.schema import ModelSource
+
+    if model_cfg.chat_template and model_cfg.source == ModelSource.tiny:
+        from art_hydra.engine.backends.tiny import CHARSET
+
+        # A chat template writes its own characters (and tool results theirs).
+        charset = "".join(dict.fromkeys(CHARSET + (charset or "")))
+    loaded = selected(backend_cfg).loader()(model_cfg, backend_cfg, seed, charset)
+    if model_cfg.chat_template:
+        from art_hydra.templates import load_chat_template
+
+        loaded.tokenizer.chat_template = load_chat_template(model_cfg.chat_template)
+    return loaded
