@@ -112,9 +112,25 @@ def main(argv: list[str]) -> int:
         if args.task:
             _score(source, rows)
         _print(rows, args.json, args.task, describe(source))
+        _single_turn_note(source)
         return 0
 
     return as_command("generate", body)
+
+
+def _single_turn_note(source: Source) -> None:
+    """Say so where the run's task calls tools: generate samples one turn and calls none,
+    so an agent's completion is its first turn (its tool call, typically)."""
+    cfg = source.cfg
+    task = getattr(cfg, "task", None) if cfg is not None else None
+    if task is None or not (task.get("environment") or task.get("tools")):
+        return
+    print(
+        "note: this run's task calls tools (task.environment / task.tools); generate samples "
+        "one turn and calls no tool, so each completion is the model's first turn. Its "
+        "evaluation (eval.*) rolls out with the tools, turn by turn.",
+        file=sys.stderr,
+    )
 
 
 def _examples(args: Any, source: Source) -> list[Any]:

@@ -93,3 +93,30 @@ def tool_parser_is_known(cfg: DictConfig) -> Iterator[Problem]:
         "of your own registers with art_hydra.engine.envs.parsers.register_tool_parser.",
         fix({"task.tool_parser": near[0] if near else "auto"}),
     )
+
+
+@validator
+def warm_start_under_a_lora_kl_anchor(cfg: DictConfig) -> Iterator[Problem]:
+    """With LoRA the KL's reference is the base model with the adapters disabled, and
+    the SFT warm start trains the adapters: rl.beta then pulls RL back towards the model
+    *before* the warm start (full fine-tuning re-anchors the reference after it, as TRL's
+    SFT-then-RL pipeline does). It runs, so it is a warning."""
+    from art_hydra.config.problems import Kind, Severity
+    from art_hydra.config.schema import AlgorithmName, FinetuneMethod
+
+    rl = cfg.rl
+    if cfg.algorithm.name != AlgorithmName.rl or not rl.sft_warm_start_steps or not rl.beta:
+        return
+    if cfg.model.finetune != FinetuneMethod.lora:
+        return
+    yield Problem(
+        "rl.beta",
+        rl.beta,
+        f"anchors the policy to the reference, which under model.finetune=lora is the base "
+        f"model with the adapters disabled; rl.sft_warm_start_steps={rl.sft_warm_start_steps} "
+        "trains the adapters, so the KL pulls RL back towards the model before the warm "
+        "start.",
+        fix({"rl.beta": 0.0}, alt=fix({"model.finetune": "full"})),
+        Kind.rule,
+        Severity.warning,
+    )

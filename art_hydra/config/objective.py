@@ -117,6 +117,8 @@ def reward_metrics(task: Any) -> set[str]:
         names = [reward_name(e._target_, e.name) for e in task.rewards]
     else:
         names = [reward_name(task.reward._target_)]
+    if task.get("environment"):  # its get_reward(), where the class has one
+        names.append("environment")
     return {f"reward/{n}/{part}" for n in names for part in ("mean", "std", "count")}
 
 

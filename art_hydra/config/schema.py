@@ -724,7 +724,10 @@ class TimeoutsConfig:
     """A bound for each kind of work, so stuck work stops the run naming what overran."""
 
     rollout_s: float = _timeout(
-        1800.0, "Seconds to sample one generation batch of rollouts.", resume=MAY_CHANGE
+        1800.0,
+        "Seconds to sample one generation batch of rollouts (multi-turn: all its turns and "
+        "tool calls).",
+        resume=MAY_CHANGE,
     )
     reward_s: float = _timeout(
         600.0, "Seconds to score one generation batch with the reward function.", resume=MAY_CHANGE

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -224,6 +225,7 @@ def _run_config_problems(cfg: Any, hand: Hand) -> list[Problem]:
                 ),
             )
         )
+    found += _chat_template_problems(cfg, hand)
     modules = _view(cfg, "task.allowed_modules") or []
     hand_modules = hand.set("task.allowed_modules")
     if modules and not hand_modules:
@@ -265,6 +267,33 @@ def _run_config_problems(cfg: Any, hand: Hand) -> list[Problem]:
                 )
             )
     return found
+
+
+def _chat_template_problems(cfg: Any, hand: Hand) -> list[Problem]:
+    """A config file may name a shipped chat template or a ``.jinja`` file, not any
+    readable file: a template's text goes into every prompt and into the tokenizer saved
+    with checkpoints, so ``model.chat_template=~/.ssh/id_rsa`` in an experiment from
+    elsewhere would copy a secret into the run's outputs. The command line may name any."""
+    value = _select(cfg, "model.chat_template")
+    if not value or hand.set("model.chat_template"):
+        return []
+    text = str(value)
+    # A shipped template's name (art_hydra.templates.is_shipped_name: the config layer
+    # imports no floor above it) or a .jinja file.
+    if re.fullmatch(r"[A-Za-z0-9_\-]+", text) or text.endswith(".jinja"):
+        return []
+    return [
+        _refused(
+            "model.chat_template",
+            text,
+            "is set by a config file, which may name a shipped template or a .jinja file "
+            "only: a template's text goes into every prompt and into the saved tokenizer.",
+            fix(
+                {"model.chat_template": text},
+                "on the command line, if that file is a chat template; or name it *.jinja",
+            ),
+        )
+    ]
 
 
 def agent_keys(cfg: Any) -> list[str]:

@@ -322,6 +322,8 @@ class Evaluator:
             global_step=step,
             agent=agent_args,
         )
+        if self.agent is not None:
+            batch.close()  # the rewards have read the environments
         per = [
             {name: values[i] for name, values in zip(self.names, scores.per_reward, strict=True)}
             for i in range(len(pairs))
@@ -340,13 +342,13 @@ class Evaluator:
 
         timeout = self.cfg.timeouts.rollout_s
 
-        def sample(engine: Any, requests: list[Any]) -> list[Any]:
-            return engine.generate(requests, settings, generator, timeout_s=timeout)
+        def sample(engine: Any, requests: list[Any], left: float | None) -> list[Any]:
+            return engine.generate(requests, settings, generator, timeout_s=left)
 
         def rules(agent: Any) -> TurnRules:
             return TurnRules.of(agent, self.cfg, self.max_new, self.stop_ids, None)
 
-        return agent_rollouts(self.agent, examples, rules, sample, self.engine)
+        return agent_rollouts(self.agent, examples, rules, sample, self.engine, timeout)
 
     def _loss(
         self, model: Any, examples: list[Example], prompts: list[list[int]], sums: _Sums

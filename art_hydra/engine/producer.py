@@ -375,6 +375,8 @@ class RLProducer:
             else self.loaded.tokenizer.batch_decode(completions, skip_special_tokens=True)
         )
         scores = self._score(examples, texts, completions, batch.reward_args if batch else None)
+        if batch is not None:
+            batch.close()  # the rewards have read the environments
         rewards = scores.totals
         advantages, zero_spread = group_advantages(
             rewards, n, self.rl.scale_rewards, estimator=self.rl.advantage_estimator
@@ -417,15 +419,14 @@ class RLProducer:
 
         repeated = [ex for ex in examples for _ in range(self.rl.num_generations)]
 
-        def sample(engine: Any, requests: list[Request]) -> list[Any]:
+        def sample(engine: Any, requests: list[Request], timeout_s: float | None) -> list[Any]:
             try:
-                return engine.generate(
-                    requests, self.sampling, self.generator, timeout_s=self.timeouts.rollout_s
-                )
+                return engine.generate(requests, self.sampling, self.generator, timeout_s)
             except InvalidDistributionError as exc:
                 raise exc.located(self.step, [ex.prompt for ex in repeated]) from None
 
-        return agent_rollouts(self.agent, repeated, self._turn_rules, sample, self.engine)
+        timeout = self.timeouts.rollout_s
+        return agent_rollouts(self.agent, repeated, self._turn_rules, sample, self.engine, timeout)
 
     def _turn_rules(self, agent: Any) -> Any:
         from art_hydra.engine.envs.loop import TurnRules
@@ -589,7 +590,7 @@ def _with_conversations(minis: list[MiniBatch], batch: Any, n: int, groups: int)
     its conversation (OpenAI chat shape) in completions.jsonl."""
     size = groups * n
     for number, mini in enumerate(minis):
-        mini.info.update(batch.info)
+        mini.info.update(batch.info(number * size, (number + 1) * size))
         for g, sample in enumerate(mini.samples):
             for i, completion in enumerate(sample["completions"]):
                 index = number * size + g * n + i

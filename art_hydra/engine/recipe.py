@@ -520,6 +520,7 @@ class TrainingRecipe:
             f"the SFT warm start ({steps} steps)",
             steps * self.run.timeouts.step_s,
         )
+        trainer.anchor_reference()  # rl.beta's KL anchors to the warm-started policy
         producer.refresh_sampler()
         log.info("SFT warm start done: %s", ", ".join(f"{k} {v:.4f}" for k, v in found.items()))
 

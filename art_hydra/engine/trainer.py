@@ -259,6 +259,10 @@ def optimizer_to_safetensors(optimizer: Any) -> tuple[dict[str, torch.Tensor], d
     return tensors, plain
 
 
+#: The prefix of a re-anchored reference's tensors in a trainer's checkpoint state.
+REFERENCE = "reference/"
+
+
 def optimizer_from_safetensors(
     optimizer: Any, tensors: dict[str, torch.Tensor], plain: dict[str, Any]
 ) -> None:
@@ -315,6 +319,9 @@ class Trainer:
             torch.amp.GradScaler(loaded.device.type) if loaded.autocast == torch.float16 else None
         )
         self.reference = self._build_reference() if training_loss.needs_reference else None
+        #: Whether the reference was re-anchored (after the SFT warm start), so its
+        #: weights are no longer the model folder's and go into checkpoints.
+        self.reference_anchored = False
         self.step = 0
 
     def state_dict(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -326,13 +333,24 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "decay_rule": self.decay_rule,
+            "reference_anchored": self.reference_anchored,
         }
+        if self.reference_anchored and self.reference is not None:
+            # Re-anchored after the SFT warm start: a resume cannot rebuild it from the
+            # model folder, so its weights travel with the checkpoint.
+            for name, value in self.reference.state_dict().items():
+                tensors[REFERENCE + name] = value.detach().clone().contiguous()
         return tensors, plain
 
     def load_state_dict(self, tensors: dict[str, torch.Tensor], plain: dict[str, Any]) -> None:
         """Restore a checkpoint; one written under another weight-decay grouping (before
         :data:`DECAY_RULE`) resumes with its own groups, so each moment meets its
         parameter and the run goes on as it started."""
+        reference = {k[len(REFERENCE) :]: v for k, v in tensors.items() if k.startswith(REFERENCE)}
+        tensors = {k: v for k, v in tensors.items() if not k.startswith(REFERENCE)}
+        if reference and self.reference is not None:
+            self.reference.load_state_dict(reference)
+            self.reference_anchored = True
         rule = plain.get("decay_rule", LEGACY_DECAY_RULE)
         if rule != self.decay_rule and self.cfg.weight_decay > 0:
             log.info(
@@ -348,6 +366,15 @@ class Trainer:
         if self.scaler is not None and plain["scaler"]:
             self.scaler.load_state_dict(plain["scaler"])
         self.step = plain["step"]
+
+    def anchor_reference(self) -> None:
+        """Make the KL's reference the policy as it is now: after the SFT warm start, as
+        TRL's SFT-then-RL pipeline anchors to the SFT model. A copy's weights are taken
+        again; under LoRA the reference stays the base model with the adapters disabled
+        (a composition warning says so)."""
+        if self.reference is not None:
+            self.reference = self._build_reference()
+            self.reference_anchored = True
 
     def _build_reference(self) -> Any:
         """The frozen reference policy: the base model under the adapters, or a copy (its

@@ -208,6 +208,9 @@ def call_problems(
     if not rows:
         return []
     pairs = [(row, row.answer if row.answer else row.prompt) for row in rows]
+    agent = agent_arguments(cfg, rows)
+    if agent is UNAVAILABLE:  # the environments' check says why they cannot be made
+        return []
     problems = []
     values: list[list[float | None]] = []
     for item in resolved:
@@ -216,7 +219,7 @@ def call_problems(
             continue
         key = (item.spec.target, item.spec.key, id(rows))
         if key not in _called:
-            _called[key] = _call(cfg, bound, pairs)
+            _called[key] = _call(cfg, bound, pairs, agent)
         found = _called[key]
         if isinstance(found, Problem):
             problems.append(found)
@@ -247,12 +250,67 @@ def call_problems(
     ]
 
 
+#: The rollouts' environments could not be made here (the environments' own check
+#: reports why): rewards of an agent task are not called then.
+UNAVAILABLE: Any = object()
+
+
+def agent_arguments(cfg: DictConfig, rows: Sequence[Example]) -> Any:
+    """What a multi-turn rollout gives the rewards, for the dry run on ``rows``: each
+    row's answer as a one-turn conversation (``completions``, as a run passes messages)
+    and, with ``task.environment``, one environment per row made and reset, bounded by
+    ``timeouts.tool_s``; None for a single-turn task, :data:`UNAVAILABLE` when the
+    environments cannot be made."""
+    from art_hydra import workers
+    from art_hydra.tasks.agent_code import (
+        environment_kwargs,
+        reset_arguments,
+        reset_row,
+        resolve_agent_code,
+        uses_agent_code,
+    )
+
+    if not uses_agent_code(cfg.task):
+        return None
+    found: dict[str, Any] = {
+        "completions": [[{"role": "assistant", "content": r.answer or r.prompt}] for r in rows]
+    }
+
+    def make() -> None:
+        env_class, _ = resolve_agent_code(cfg.task)
+        if env_class is None:
+            return
+        envs = []
+        for row in rows:
+            env = env_class(**environment_kwargs(cfg.task))
+            env.reset(**reset_arguments(env.reset, reset_row(row)))
+            envs.append(env)
+        found["environments"] = envs
+
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            make()
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = workers.start(work, "preflight-environments")
+    thread.join(float(cfg.timeouts.tool_s))
+    if thread.is_alive() or failed:
+        return UNAVAILABLE
+    return found
+
+
 def _call(
-    cfg: DictConfig, bound: BoundReward, pairs: list[tuple[Example, str]]
+    cfg: DictConfig,
+    bound: BoundReward,
+    pairs: list[tuple[Example, str]],
+    agent: dict[str, list[Any]] | None = None,
 ) -> Problem | list[float | None]:
     timeout = float(cfg.timeouts.reward_s)
     try:
-        return score_rewards([bound], pairs, timeout).per_reward[0]
+        return score_rewards([bound], pairs, timeout, agent=agent).per_reward[0]
     except RewardError as exc:
         return world_problem(
             bound.spec.key,

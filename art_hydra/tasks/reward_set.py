@@ -45,6 +45,9 @@ from art_hydra.tasks.examples import Example
 PER_SAMPLE_NAMES = ("prompt", "completion", "answer")
 #: The names a batched reward is called with besides the columns (and ``answer``).
 BATCHED_NAMES = ("prompts", "completions", "completion_ids", "trainer_state")
+#: What a multi-turn rollout gives its rewards besides (TRL's ``environments``, batched;
+#: each one's ``environment`` and conversation, per sample): never a data column.
+AGENT_NAMES = ("environments", "environment", "completion_messages")
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ class Calling:
 
     def columns_named(self) -> tuple[str, ...]:
         """The required parameters that are not art_hydra's own arguments: row columns."""
-        own = set(BATCHED_NAMES if self.batched else PER_SAMPLE_NAMES) | {"answer"}
+        own = set(BATCHED_NAMES if self.batched else PER_SAMPLE_NAMES) | {"answer", *AGENT_NAMES}
         return tuple(p for p in self.required if p not in own)
 
     def pick(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:

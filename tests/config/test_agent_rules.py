@@ -227,3 +227,26 @@ def test_the_dry_runs_account_lists_the_agent_code(agents: Path) -> None:
     )
     found = [(what, name) for what, name, _ in outside_code(cfg)]
     assert found == [("environment", "ar_agents.Marked"), ("tool", "ar_agents.marked_tool")]
+
+
+def test_a_config_file_may_name_only_a_template_as_the_chat_template(tmp_path: Path) -> None:
+    """An experiment from elsewhere naming any readable file as model.chat_template would
+    copy it into prompts and saved tokenizers: refused unless it is a shipped name or a
+    .jinja file; the command line may name any file."""
+    from conftest import output_of, run_cli
+
+    experiments = tmp_path / "conf" / "experiment"
+    experiments.mkdir(parents=True)
+    secret = tmp_path / "id_rsa"
+    secret.write_text("not a template")
+    (experiments / "leak.yaml").write_text(
+        f"# @package _global_\nmodel:\n  chat_template: {secret}\n"
+    )
+    proc = run_cli("--config-dir", "conf", "experiment=leak", "dry_run=true", cwd=tmp_path)
+    assert proc.returncode == 1 and "model.chat_template = " in output_of(proc)
+    assert "may name a shipped template or a .jinja file" in output_of(proc)
+    (experiments / "shipped.yaml").write_text(
+        "# @package _global_\nmodel:\n  chat_template: tools\n"
+    )
+    proc = run_cli("--config-dir", "conf", "experiment=shipped", "dry_run=true", cwd=tmp_path)
+    assert "may name a shipped template" not in output_of(proc)

@@ -257,3 +257,27 @@ def test_the_ranks_share_the_folder_rank_0_named(tmp_path: Path) -> None:
         "rank0.json",
         "rank1.json",
     ]
+
+
+def test_a_tool_using_agent_warm_starts_and_trains_on_two_ranks(tmp_path: Path) -> None:
+    """Multi-turn tool rollouts on each rank (its own environments), the SFT warm start
+    under DDP (a second wrapper over the same weights, then RL's) on every rank, and the
+    agent metrics combined over the ranks."""
+    proc = _torchrun(
+        "-m",
+        "art_hydra",
+        "experiment=tool_use",
+        "rl.sft_warm_start_steps=20",
+        "trainer.per_device_train_batch_size=16",
+        "trainer.max_steps=3",
+        "checkpoint.every_steps=3",
+        "hydra.run.dir=run",
+        *QUIET,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, output_of(proc)[-3000:]
+    rows = _metrics(tmp_path / "run")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(0 <= r["tool_calls_mean"] <= 2 and "turns_mean" in r for r in rows)
+    for log in ("art_hydra.log", "art_hydra_rank1.log"):
+        assert "SFT warm start done" in (tmp_path / "run" / log).read_text(), log

@@ -39,10 +39,13 @@ class ScriptedTurns:
     def __init__(self, tokenizer: Any, call: str) -> None:
         self.tok, self.call = tokenizer, call
         self.sampled: list[list[int]] = []
+        #: The longest sequence any request allowed (prompt + what it may sample).
+        self.reach = 0
 
     def generate(self, requests: Any, settings: Any, generator: Any, timeout_s: Any = None) -> Any:
         out = []
         for request in requests:
+            self.reach = max(self.reach, len(request.prompt_ids) + request.max_tokens)
             text = self.tok.decode(list(request.prompt_ids))
             key = text.rsplit("user\n", 1)[-1][:2] if "user\n" in text else text.split("<u>")[1][:2]
             if "<tool_call>" in text:
@@ -135,6 +138,10 @@ def test_trained_ids_are_prompt_sampled_and_suffix_ids(template: str, tmp_path: 
             first, second = engine.sampled[index], engine.sampled[count + index]
             assert trained == first + second
             assert tok.decode(second[:-1]) == value_of(sample["prompt"])
+    # No request let a trajectory grow past its prompt and the completion budget (the
+    # model's positions): each asked for at most what its trajectory had left.
+    longest_prompt = max(s.prompt_len for s in mini.sequences)
+    assert engine.reach <= longest_prompt + producer.rl.max_completion_length
     batch = pack(mini.sequences, producer.capacity, tok.pad_token_id, producer.loaded.layout)
     assert batch.loss_tokens == sum(s.loss_tokens for s in mini.sequences)
     sampled = sum(sum(s.completion_mask or []) for s in mini.sequences)

@@ -186,3 +186,26 @@ def test_a_registered_format_is_one_function() -> None:
         assert parsers.get_parser("test_always") is always
     finally:
         parsers._PARSERS.pop("test_always")
+
+
+def test_a_request_never_asks_for_more_than_its_trajectory_has_left() -> None:
+    from art_hydra.engine.envs.loop import room
+
+    budget = 96
+    rooms = {left: room(left, budget) for left in range(1, budget + 1)}
+    assert all(1 <= r <= left for left, r in rooms.items())
+    assert rooms[budget] == budget  # a first turn is one request
+    assert len(set(rooms.values())) <= 8 + 12  # a few batches, not one per trajectory
+
+
+def test_a_library_base_classes_methods_are_not_tools() -> None:
+    import string
+
+    class Wrapped(string.Formatter):  # a library base: format, parse, ... are public
+        def reset(self, **row: object) -> None: ...
+
+        def lookup(self, key: str) -> str:
+            """Look up."""
+            return key
+
+    assert environment_methods(Wrapped) == ["lookup"]

@@ -18,7 +18,6 @@ from test_conversation import TINY
 
 from art_hydra import compose
 from art_hydra.engine import warm_start as warm_start_module
-from art_hydra.engine.conversation import example_sequence
 from art_hydra.engine.producer import SFTProducer
 from art_hydra.run import train
 from art_hydra.tasks import Example, build_task
@@ -66,23 +65,9 @@ def tool_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _hooked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """SFTProducer._sequence with the conversation hook the producer is to carry."""
-    plain = SFTProducer._sequence
-
-    def sequence(self: SFTProducer, example: Example) -> Any:
-        if example.conversation:
-            train_prompt = not self.sft.completion_only_loss
-            return example_sequence(self.loaded.tokenizer, example, None, train_prompt)
-        return plain(self, example)
-
-    monkeypatch.setattr(SFTProducer, "_sequence", sequence)
-
-
 def test_sft_on_tool_conversations_trains_only_assistant_turns(
-    tool_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tool_model: Path, tmp_path: Path
 ) -> None:
-    _hooked(monkeypatch)
     path = tmp_path / "chats.jsonl"
     path.write_text("".join(json.dumps({"messages": chat(w)}) + "\n" for w in ("abc", "dab")))
     cfg = compose(
@@ -141,3 +126,37 @@ def test_warm_start_trains_then_rl_and_a_resume_does_not_repeat_it(
     assert found["warm_start/loss_last"] < found["warm_start/loss_first"], found
     again = train(compose([*rl, "trainer.max_steps=3", "resume=true"]), run_dir=run_dir)
     assert again["steps"] == 3 and len(calls) == 1  # the resume did not warm-start again
+
+
+def test_the_kl_reference_is_the_warm_started_policy_and_survives_a_resume() -> None:
+    """After the warm start the KL anchors to the warm-started weights (TRL's SFT-then-RL
+    reference), and a checkpoint carries them: a resumed trainer, whose reference would
+    otherwise be rebuilt from the untrained model, gets them back exactly."""
+    import torch
+    from conftest_model import tiny
+
+    from art_hydra.config.typed import typed_config
+    from art_hydra.engine.rl.sampling import SamplingSettings
+    from art_hydra.engine.trainer import Trainer, TrainingLoss
+
+    cfg, loaded, _ = tiny(["rl.beta=0.04", "model.finetune=full"])
+    run = typed_config(cfg)
+    loss = TrainingLoss.for_rl(run.rl, SamplingSettings.from_config(run.rl, ()))
+    trainer = Trainer(loaded, run.trainer, loss, None)
+    with torch.no_grad():  # what a warm start does to the weights
+        for param in loaded.model.parameters():
+            param.add_(0.01)
+    trainer.anchor_reference()
+    policy = {k: v.float() for k, v in loaded.model.state_dict().items()}
+    anchored = {k: v.float() for k, v in trainer.reference.state_dict().items()}
+    assert all(torch.allclose(anchored[k], policy[k], atol=1e-2) for k in policy)
+    tensors, plain = trainer.state_dict()
+
+    _, fresh_loaded, _ = tiny(["rl.beta=0.04", "model.finetune=full"])
+    resumed = Trainer(fresh_loaded, run.trainer, loss, None)
+    before = {k: v.clone() for k, v in resumed.reference.state_dict().items()}
+    resumed.load_state_dict(tensors, plain)
+    after = resumed.reference.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert all(torch.equal(after[k], trainer.reference.state_dict()[k]) for k in after)
+    assert resumed.reference_anchored

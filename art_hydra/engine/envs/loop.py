@@ -11,9 +11,9 @@ the suffixes, and is built beside the ids, so it always has the completion's len
 calls were made, or when ``rl.max_completion_length`` runs out (a suffix that would not
 leave room for a token of the next turn ends it too, unappended).
 
-All active trajectories sample each turn as one batch, with one budget (the largest
-left); a completion that ran past its own trajectory's budget is cut there, which is
-the same draw its first tokens were.
+All active trajectories sample each turn as one request each, with no more tokens than
+the trajectory has left (rounded down to a few distinct budgets, so the torch sampler
+batches them; a turn the rounding stopped short is continued by the next request).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from art_hydra.engine.envs.parsers import ParsedTurn
 from art_hydra.engine.envs.template import ToolSuffix
 from art_hydra.engine.envs.tools import Tool, call_tool
 from art_hydra.engine.rollout.base import LENGTH, STOP, Request
+from art_hydra.errors import StallError
 
 
 @dataclass
@@ -49,6 +50,8 @@ class Trajectory:
     turns: int = 0
     finish_reason: str = STOP
     done: bool = False
+    #: Where the turn being sampled begins in ``ids`` (a turn may take several requests).
+    turn_start: int = 0
 
     @property
     def final_text(self) -> str:
@@ -106,54 +109,83 @@ def run_trajectories(
     engine: Any,
     trajectories: list[Trajectory],
     rules: TurnRules,
-    sample: Callable[[Any, list[Request]], list[Any]],
+    sample: Callable[[Any, list[Request], float | None], list[Any]],
+    timeout_s: float | None = None,
 ) -> list[Trajectory]:
-    """Roll every trajectory out to its end; ``sample(engine, requests)`` calls the
-    engine (the caller's settings, generator and timeout bound into it)."""
+    """Roll every trajectory out to its end; ``sample(engine, requests, timeout_s)``
+    calls the engine (the caller's settings and generator bound into it). ``timeout_s``
+    bounds the whole batch, every turn and tool call included (``timeouts.rollout_s``):
+    each request gets what is left of it."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         active = [t for t in trajectories if not t.done]
         if not active:
             return trajectories
-        room = max(rules.budget - len(t.ids) for t in active)
-        requests = [Request(tuple(t.prompt_ids + t.ids), room, rules.stop_ids) for t in active]
-        for trajectory, completion in zip(active, sample(engine, requests), strict=True):
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise StallError(
+                f"the multi-turn rollouts of a generation batch did not finish within "
+                f"{timeout_s:g}s (timeouts.rollout_s, tool calls included): "
+                f"{sum(t.turns for t in trajectories)} turns and "
+                f"{sum(t.tool_calls for t in trajectories)} tool calls so far, "
+                f"{len(active)} of {len(trajectories)} trajectories unfinished"
+            )
+        requests = [
+            Request(
+                tuple(t.prompt_ids + t.ids),
+                room(rules.budget - len(t.ids), rules.budget),
+                rules.stop_ids,
+            )
+            for t in active
+        ]
+        for trajectory, completion in zip(active, sample(engine, requests, left), strict=True):
             _take_turn(trajectory, completion.token_ids, completion.logprobs, rules)
 
 
+def room(left: int, budget: int) -> int:
+    """The tokens one request may sample: what the trajectory has left, rounded down to a
+    multiple of an eighth of the budget (so the torch sampler, which batches requests of
+    one budget together, makes a few batches, not one per trajectory). Never more than
+    is left, so no sequence outgrows prompt + budget (the model's positions); a turn the
+    rounding stops short is continued by the next request."""
+    step = max(1, budget // 8)
+    return max(left // step * step, min(left, step))
+
+
 def _take_turn(t: Trajectory, ids: list[int], logprobs: list[float], rules: TurnRules) -> None:
-    """Append one sampled turn (cut to the trajectory's budget) and, where it calls
-    tools and room is left, their results."""
-    left = rules.budget - len(t.ids)
-    cut = len(ids) > left
-    ids, logprobs = ids[:left], logprobs[:left]
+    """Append what one request sampled; a turn that ended (a stop id, or the budget)
+    is read for tool calls and, where they run and room is left, their results follow."""
+    ids, logprobs = ids[: rules.budget - len(t.ids)], logprobs[: rules.budget - len(t.ids)]
     t.ids += ids
     t.mask += [1] * len(ids)
     t.logprobs += [float(v) for v in logprobs]
+    stopped = bool(ids) and ids[-1] in rules.stop_ids
+    if not stopped and len(t.ids) < rules.budget:
+        return  # the request's room ran out, not the turn: the next request continues it
     t.turns += 1
-    stopped = bool(ids) and ids[-1] in rules.stop_ids and not cut
-    text = rules.decode(ids[:-1] if stopped else ids)
-    turn = rules.parse(text)
+    turn_ids = t.ids[t.turn_start : len(t.ids) - 1 if stopped else len(t.ids)]
+    turn = rules.parse(rules.decode(turn_ids))
     message: dict[str, Any] = {"role": "assistant", "content": turn.content}
-    calls = list(turn.tool_calls)[: max(rules.max_tool_calls - t.tool_calls, 0)]
-    if calls:
-        message["tool_calls"] = [c.openai() for c in calls]
-        message["_calls"] = calls
     t.messages.append(message)
-    if not stopped:
+    if not stopped:  # cut by the budget: a call it may hold was never finished
         t.finish_reason, t.done = LENGTH, True
         return
+    calls = list(turn.tool_calls)[: max(rules.max_tool_calls - t.tool_calls, 0)]
     if not calls:
         t.done = True
         return
+    message["tool_calls"] = [c.openai() for c in calls]
+    message["_calls"] = calls
     results = [_result(t, call, rules.tool_timeout_s) for call in calls]
-    suffix = rules.suffix.ids(ids[-1], results)
-    t.messages += results
+    suffix = rules.suffix.ids(t.ids[-1], results)
     if len(t.ids) + len(suffix) >= rules.budget:  # no room for a token of the next turn
-        t.finish_reason, t.done = LENGTH, True
+        t.finish_reason, t.done = LENGTH, True  # (the results are not in the trained ids)
         return
+    t.messages += results
     t.ids += suffix
     t.mask += [0] * len(suffix)
     t.logprobs += [0.0] * len(suffix)
+    t.turn_start = len(t.ids)
 
 
 def _result(t: Trajectory, call: Any, timeout_s: float) -> dict[str, Any]:

@@ -12,6 +12,7 @@ environments as ``environments=`` (batched) or ``environment=`` (per sample); a
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,11 @@ from art_hydra.errors import raised
 from art_hydra.tasks.agent_code import reset_arguments, reset_row
 from art_hydra.tasks.examples import Example, TaskDataError
 
+log = logging.getLogger(__name__)
+
+#: Encoded prompts kept at most (an environment whose reset() text differs every
+#: rollout would otherwise grow the cache for the whole run).
+PROMPT_CACHE = 8192
 #: The reward a ``get_reward()`` method stands for, by its metric name.
 ENV_REWARD = "environment"
 
@@ -80,6 +86,8 @@ class Agent:
         prompt (cached: most rollouts of a group see the same prompt)."""
         key = repr(messages)
         if key not in self._prompts:
+            if len(self._prompts) >= PROMPT_CACHE:  # observations that differ every rollout
+                self._prompts.clear()
             ids = self.tokenizer.apply_chat_template(
                 messages, tools=self.schemas or None, add_generation_prompt=True, tokenize=True
             )
@@ -146,26 +154,40 @@ class AgentBatch:
     #: What batched rewards get besides the usual (TRL's ``environments`` and
     #: conversational ``completions``).
     reward_args: dict[str, list[Any]]
-    info: dict[str, float]
+    #: The trajectories themselves (their tool calls, turns, masks, errors, tool time).
+    trajectories: list[Any]
     #: Each trajectory as an OpenAI chat conversation (completions.jsonl).
     conversations: list[list[dict[str, Any]]]
+
+    def info(self, start: int = 0, stop: int | None = None) -> dict[str, float]:
+        """The agent metrics of trajectories ``start:stop`` (one optimizer step's)."""
+        from art_hydra.engine.envs.loop import agent_metrics
+
+        return agent_metrics(self.trajectories[start:stop])
+
+    def close(self) -> None:
+        """Close each environment that has a ``close()`` (after scoring: rewards read
+        them); one that raises is logged, not fatal."""
+        for env in self.reward_args.get("environments", ()):
+            closer = getattr(env, "close", None)
+            if callable(closer):
+                try:
+                    closer()
+                except Exception as exc:
+                    log.warning("an environment's close() raised %s", raised(exc))
 
 
 def agent_rollouts(
     agent: Agent,
     examples: list[Example],
     rules_for: Callable[[Agent], Any],
-    sample: Callable[[Any, list[Any]], list[Any]],
+    sample: Callable[[Any, list[Any], float | None], list[Any]],
     engine: Any,
+    timeout_s: float | None = None,
 ) -> AgentBatch:
     """Roll out every example (each repeated for its group already) as a multi-turn
     trajectory on ``engine``, each with its own environment."""
-    from art_hydra.engine.envs.loop import (
-        Trajectory,
-        agent_metrics,
-        record_messages,
-        run_trajectories,
-    )
+    from art_hydra.engine.envs.loop import Trajectory, record_messages, run_trajectories
 
     rules = rules_for(agent)
     rollouts = [agent.start(ex) for ex in examples]
@@ -177,7 +199,7 @@ def agent_rollouts(
             f"longer than rl.max_prompt_length={rules.max_prompt}; set "
             f"rl.max_prompt_length={longest} (and model.max_seq_length to fit)"
         )
-    run_trajectories(engine, trajectories, rules, sample)
+    run_trajectories(engine, trajectories, rules, sample, timeout_s)
     reward_args: dict[str, list[Any]] = {
         "completions": [t.template_messages() for t in trajectories]
     }
@@ -190,7 +212,7 @@ def agent_rollouts(
         masks=[t.mask for t in trajectories],
         texts=[t.final_text for t in trajectories],
         reward_args=reward_args,
-        info=agent_metrics(trajectories),
+        trajectories=trajectories,
         conversations=[
             record_messages(r.messages, t) for r, t in zip(rollouts, trajectories, strict=True)
         ],

@@ -97,7 +97,12 @@ def suffix_text(
     after it for the tool messages ``results`` up to and including the next generation
     prompt. Raises :class:`TemplateError` when the longer conversation does not begin
     with the shorter (the suffix cannot be found)."""
-    head = [{"role": "user", "content": USER}, _assistant(MARK, calls=True)]
+    # The probe turn carries reasoning, as a thinking model's sampled turn does: Qwen3's
+    # template writes an empty <think></think> into a last turn without any, which the
+    # same turn loses once results follow it. A template may leave the content out of a
+    # turn with tool calls (Llama 3.1 writes the call alone); only what follows matters.
+    turn = _assistant(f"<think>\n{THOUGHT}\n</think>\n\n{MARK}", calls=True)
+    head = [{"role": "user", "content": USER}, turn]
     before = renderer.render(head, tools, False)
     after = renderer.render([*head, *results], tools, True)
     if not after.startswith(before):
@@ -107,9 +112,8 @@ def suffix_text(
             "differently once tool results follow it, so the text the tool results add "
             "cannot be found without re-tokenizing the model's own turn",
         )
-    if MARK not in before:
-        raise TemplateError(NO_CALLS, "the chat template does not render an assistant turn")
-    return before[before.rindex(MARK) + len(MARK) :], after[len(before) :]
+    end = before[before.rindex(MARK) + len(MARK) :] if MARK in before else ""
+    return end, after[len(before) :]
 
 
 class ToolSuffix:

@@ -158,12 +158,18 @@ def undescribed_arguments(schema: dict[str, Any]) -> list[str]:
 
 def environment_methods(env_class: type) -> list[str]:
     """The names of the public methods of an environment class that are its tools
-    (TRL's rule: every public method but ``reset``; ``get_reward`` gives the reward)."""
+    (TRL's rule: every public method but ``reset``; ``get_reward`` gives the reward).
+    Only methods of the class's own package count: a library base class's public
+    methods (``gymnasium.Env.step``, ``render``) are not tools the user wrote."""
+    own = env_class.__module__.partition(".")[0]
     names = []
     for name, member in inspect.getmembers(env_class):
         if name.startswith("_") or name in NOT_TOOLS:
             continue
-        if inspect.isfunction(member) or inspect.ismethod(member):
+        if not (inspect.isfunction(member) or inspect.ismethod(member)):
+            continue
+        owner = next((c for c in env_class.__mro__ if name in vars(c)), env_class)
+        if owner.__module__.partition(".")[0] == own:
             names.append(name)
     return names
 
