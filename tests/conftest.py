@@ -155,6 +155,30 @@ def start_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subpr
     )
 
 
+def two_ranks_by_hand(*args: str, cwd: Path) -> list[subprocess.Popen]:
+    """``art-hydra ARGS`` as two ranks started by hand, as a cluster's scheduler starts
+    tasks (each gets its own signals; no torchrun agent in between)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    return [
+        start_cli(
+            *args,
+            cwd=cwd,
+            env={
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": port,
+            },
+        )
+        for rank in (0, 1)
+    ]
+
+
 def wait_for_steps(run_dir: Path, steps: int, proc: subprocess.Popen, timeout: float = 120) -> None:
     """Wait until the run has logged ``steps`` steps (its metrics file has the lines)."""
     import time

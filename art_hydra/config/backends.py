@@ -71,6 +71,8 @@ class Backend:
     four_bit: bool = False
     #: It trains with several ranks (torchrun, data-parallel).
     several_ranks: bool = True
+    #: FSDP2 can shard what it loads over the ranks (``distributed.strategy=fsdp``).
+    shards: bool = True
     #: It lets a second thread sample on a copy of the policy (``rl.overlap_rollouts``).
     overlap_rollouts: bool = True
     #: It manages its own precision: no float32 master weights, no float16 loss scaler.

@@ -6,11 +6,12 @@ A key can be inert because another choice makes the run skip it: LoRA settings u
 ``model.tiny.*`` with a pretrained model, a hub revision or remote code with the tiny
 model, ``eval.*`` with evaluation off, the rewards of an SFT run that does not evaluate,
 a tracker project without a tracker that has projects, the collectives' settings on one
-process, vLLM's settings without the vLLM engine (and those of them its own choices
-skip), a rollout engine under SFT, the importance-sampling mode without a cap, the tool
-loop's settings (``task.tool_parser``, ``rl.max_tool_calls``, ``timeouts.tool_s``) without
-an environment or tools. Each such value *the user set* is a warning naming the setting
-that makes it inert.
+process, sharding's where nothing shards (``distributed.strategy=fsdp`` on one rank,
+``distributed.fsdp.*`` under ``ddp``), vLLM's settings without the vLLM engine (and
+those of them its own choices skip), a rollout engine under SFT, the importance-sampling
+mode without a cap, the tool loop's settings (``task.tool_parser``, ``rl.max_tool_calls``,
+``timeouts.tool_s``) without an environment or tools. Each such value *the user set* is
+a warning naming the setting that makes it inert.
 tests/config/test_every_key.py holds every schema key to that: read, warned or refused.
 Where the ignored value is surely a mistake, a model or data path that would be ignored
 (``task.path`` without a file task, ``model.name`` as a path or hub id under
@@ -46,11 +47,13 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from art_hydra.config import eval_rules
 from art_hydra.config.bounds import schema_default
+from art_hydra.config.distributed_rules import sharded  # also registers the sharding rules
 from art_hydra.config.launch_plan import world_size
 from art_hydra.config.problems import Kind, Problem, Severity, fix
 from art_hydra.config.rollout_rules import is_vllm
 from art_hydra.config.schema import (
     AlgorithmName,
+    DistStrategy,
     FinetuneMethod,
     ModelSource,
     RunConfig,
@@ -458,6 +461,48 @@ def distributed_settings_on_one_rank(cfg: DictConfig) -> Iterator[Problem]:
             alt=fix(note="launch several ranks: torchrun --nproc_per_node=2 -m art_hydra ..."),
         ),
         ("distributed.world_size", "hydra/launcher", "experiment"),
+    )
+
+
+#: The settings FSDP2 is given (distributed.fsdp.*), read only by a sharded run.
+FSDP_KEYS = ("distributed.fsdp.reshard_after_forward", "distributed.fsdp.cpu_offload")
+
+
+@validator
+def sharding_settings_nothing_shards(cfg: DictConfig) -> Iterator[Problem]:
+    """distributed.strategy=fsdp shards over the ranks: one rank holds everything whole
+    and trains as one process (engine/distributed.py shards only on several ranks), so
+    the strategy and FSDP's settings do nothing there; under strategy=ddp on several
+    ranks FSDP's settings do nothing."""
+    causes = ("distributed.strategy", "distributed.world_size", "hydra/launcher", "experiment")
+    if sharded(cfg):
+        return
+    if world_size(cfg) == 1:
+        yield from _inert(
+            cfg,
+            _changed(cfg, ["distributed.strategy", *FSDP_KEYS]),
+            "the run is one process (no torchrun WORLD_SIZE, no multi-rank launcher, "
+            "distributed.world_size null or 1): FSDP shards over the ranks, and one rank "
+            "holds the whole model and trains as one process",
+            "nothing is sharded",
+            lambda key, value: _back_to_default(
+                key,
+                value,
+                fix(note="launch several ranks: torchrun --nproc_per_node=2 -m art_hydra ..."),
+            ),
+            causes,
+        )
+        return
+    yield from _inert(
+        cfg,
+        _changed(cfg, list(FSDP_KEYS)),
+        f"distributed.strategy={cfg.distributed.strategy.value} keeps a whole copy of the "
+        "model on every rank",
+        "FSDP's settings (distributed.fsdp.*) are not used",
+        lambda key, value: fix(
+            {"distributed.strategy": DistStrategy.fsdp.value}, alt=_back_to_default(key, value)
+        ),
+        causes,
     )
 
 

@@ -87,6 +87,14 @@ class DistBackend(Enum):
     nccl = "nccl"
 
 
+class DistStrategy(Enum):
+    """How the ranks split training: ``ddp`` keeps a whole copy of the weights, gradients
+    and optimizer state on every rank; ``fsdp`` shards them (FSDP2, ``fully_shard``)."""
+
+    ddp = "ddp"
+    fsdp = "fsdp"
+
+
 class TaskSource(Enum):
     """Where a task's examples come from."""
 
@@ -747,6 +755,32 @@ class TimeoutsConfig:
 
 
 @dataclass
+class FSDPConfig:
+    """FSDP2's settings (``distributed.strategy=fsdp``), passed to ``fully_shard``."""
+
+    reshard_after_forward: bool = setting(
+        True,
+        help=(
+            "Free each block's gathered weights after its forward and gather them again for "
+            "the backward (less memory, one more gather per block); false keeps them to the "
+            "backward."
+        ),
+        legacy=True,
+        resume=MAY_CHANGE,
+    )
+    cpu_offload: bool = setting(
+        False,
+        help=(
+            "Keep the sharded weights, gradients and AdamW moments in CPU memory and step the "
+            "optimizer there (a GPU run's device memory for the gathered blocks alone); needs "
+            "a GPU to offload from (refused on the CPU)."
+        ),
+        legacy=False,
+        resume=MAY_CHANGE,
+    )
+
+
+@dataclass
 class DistributedConfig:
     """Data-parallel training over ranks started by torchrun or a SLURM job (one rank per
     process; trainer.per_device_train_batch_size is per rank)."""
@@ -767,6 +801,17 @@ class DistributedConfig:
         "Seconds a collective waits for the other ranks before the run stops naming them.",
         legacy=300.0,
     )
+    strategy: DistStrategy = setting(
+        DistStrategy.ddp,
+        help=(
+            "ddp: a whole copy of weights, gradients and AdamW moments per rank; fsdp: those "
+            "sharded over the ranks (FSDP2), for models whose training state fits no one device. "
+            "One rank shards nothing (it trains as one process)."
+        ),
+        legacy=DistStrategy.ddp,
+        resume=MAY_CHANGE,
+    )
+    fsdp: FSDPConfig = section(FSDPConfig, help="Sharding settings (distributed.strategy=fsdp).")
 
 
 @dataclass

@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 
 from art_hydra.config import (
     agent_rules,  # noqa: F401  (registers the agent keys' rules)
+    distributed_rules,  # noqa: F401  (registers the sharding rules)
     rollout_rules,  # noqa: F401  (registers the engine rules)
     run_files,
 )

@@ -1,5 +1,9 @@
 """Data-parallel training over ranks started by torchrun, or by a submitit (SLURM) job.
 
+``distributed.strategy=ddp`` keeps a whole model per rank (DDP averages gradients);
+``fsdp`` shards weights, gradients and optimizer state (:mod:`art_hydra.engine.sharding`).
+Everything below holds for both: the same samples, the same collectives per step.
+
 Each rank is one process with one device: it samples its own whole groups (its own
 slice of every global batch, with its own sampler stream), packs and trains them, and
 DDP averages the gradients, so an optimizer step on N ranks equals the single-process
@@ -10,9 +14,14 @@ construction:
 * per step, on the main thread while the trainer thread is idle: one all-reduce of the
   step's loss-token count (before the inputs are put), and one of the step's metrics and
   of the stop flag (after the result), so all ranks stop at the same step;
-* per step, in the trainer thread: DDP's gradient all-reduce (once per optimizer step);
-* per checkpoint: a gather of the producers' states, then a barrier that waits for rank 0
-  to write, bounded by ``timeouts.checkpoint_s``.
+* per step, in the trainer thread: DDP's gradient all-reduce (once per optimizer step),
+  or FSDP's gathers and reduce-scatters (per block, in every training forward and
+  backward; the gradients reduced on the last micro-batch only);
+* per step under FSDP, after the optimizer step: one gather of the trained weights into
+  each rank's whole sampling copy;
+* per checkpoint: a gather of the producers' states (under FSDP also of the weights and
+  optimizer moments, whole, to rank 0), then a barrier that waits for rank 0 to write,
+  bounded by ``timeouts.checkpoint_s``.
 
 The run's loop reaches these through its rank coordinator (:mod:`art_hydra.engine.ranks`),
 whose single-process form calls none of them. Control collectives run on a gloo group of
@@ -57,6 +66,15 @@ class World:
     control: Any = field(default=None, repr=False)
     #: The run folder, once known (rank status files live there).
     run_dir: Path | None = None
+    #: How training spans the ranks (distributed.strategy): "ddp" or "fsdp".
+    strategy: str = "ddp"
+    #: The sharding settings (distributed.fsdp) where the strategy is "fsdp".
+    fsdp: Any = field(default=None, repr=False)
+
+    @property
+    def shards(self) -> bool:
+        """Whether the weights are sharded over the ranks (fsdp on more than one rank)."""
+        return self.enabled and self.strategy == "fsdp"
 
     @property
     def enabled(self) -> bool:
@@ -103,6 +121,7 @@ def setup(dist_cfg: DistributedConfig, device: Any) -> World:
     import torch.distributed as dist
 
     world = from_environment()
+    world.strategy, world.fsdp = dist_cfg.strategy.value, dist_cfg.fsdp
     if not world.enabled:
         return world
     timeout = datetime.timedelta(seconds=dist_cfg.timeout_s)
@@ -110,6 +129,10 @@ def setup(dist_cfg: DistributedConfig, device: Any) -> World:
         backend = dist_cfg.backend.value
         if backend == "auto":
             backend = "nccl" if device.type == "cuda" else "gloo"
+        if backend == "nccl" and world.shards and dist_cfg.fsdp.cpu_offload:
+            # Offloaded shards and their gradients live in CPU memory: their gathers and
+            # norms need a CPU backend beside NCCL (as torchtitan starts it).
+            backend = "cpu:gloo,cuda:nccl"
         try:
             if device.type == "cuda":
                 torch.cuda.set_device(world.local_rank)

@@ -89,11 +89,13 @@ class Evaluator:
         #: What generates the completions: the run's engine where it holds weights of its
         #: own (synced to the policy after every step), else the torch sampler on the
         #: policy itself (never the overlapped copy: evaluation runs between steps).
-        self.engine = (
-            engine
-            if engine is not None and getattr(engine, "model", None) is None
-            else TorchRollout.on(loaded)
-        )
+        #: Sharded (distributed.strategy=fsdp), the run's torch sampler already holds a
+        #: whole copy, synced after every step: evaluation samples from it too (an SFT run
+        #: has none, so evaluation keeps its own and refreshes it when due).
+        sharded = loaded.sharding is not None
+        own = engine is None or (getattr(engine, "model", None) is not None and not sharded)
+        self.engine = TorchRollout.on(loaded) if own else engine
+        self.refreshes = own and sharded
         self.rank, self.ranks = (world.rank, world.size) if world is not None else (0, 1)
         self.world = world
         self.examples = examples
@@ -193,6 +195,8 @@ class Evaluator:
 
         started = time.perf_counter()
         rng = _process_rng()
+        if self.refreshes:  # every rank, even one without prompts: a collective
+            self.engine.sync_weights()
         try:
             sums, samples = self._local(step)
         finally:
@@ -241,7 +245,7 @@ class Evaluator:
             (seed_for(self.cfg.seed, self.rank) + EVAL_SALT + 1_000_003 * step) % 2**63
         )
         size = self.ev.batch_size
-        with eval_mode(self.loaded.model) as model, self.loaded.compute_precision():
+        with eval_mode(self._policy()) as model, self.loaded.compute_precision():
             for start in range(0, len(self.local), size):
                 examples = self.local[start : start + size]
                 prompts = self.prompt_ids[start : start + size]
@@ -289,6 +293,12 @@ class Evaluator:
                             sums.sampled_exact_n += 1
                             sums.sampled_exact += hit
         return sums, samples
+
+    def _policy(self) -> Any:
+        """The model evaluation's forwards run on: the policy, or where it is sharded the
+        sampler's whole copy (a sharded forward is a collective, and the ranks' slices of
+        the prompts differ in size)."""
+        return self.engine.model if self.loaded.sharding is not None else self.loaded.model
 
     def _generate(
         self,

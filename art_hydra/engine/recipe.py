@@ -593,13 +593,15 @@ class TrainingRecipe:
             self.record.steps = step
 
     def save(self, step: int) -> None:
-        """Write checkpoint ``step``: the ranks' producer states gathered to rank 0, which
-        writes it; every rank then waits for that write (a declared phase, so the trainer's
-        wait for an input does not run out meanwhile)."""
+        """Write checkpoint ``step``: the ranks' producer states (and a sharded model's
+        weights and optimizer moments, whole) gathered to rank 0, which writes it; every
+        rank then waits for that write (a declared phase, so the trainer's wait for an
+        input does not run out meanwhile)."""
         with self.channel.producer_phase(f"writing checkpoint step {step}"):
             self.producer_states.gathered = self.ranks.gather_producer_states(self.producer)
+            weights = self.trainer.gather_checkpoint()
             if self.ranks.writes_records:
-                self.checkpoints.save(step, self.components, self.trainer.loaded)
+                self.checkpoints.save(step, self.components, weights)
             self.ranks.checkpoint_barrier(step)
         self.saved_step = step
 
@@ -725,8 +727,11 @@ def _log_what_trains(run: RunConfig, ranks: Any, trainer: Any, producer: Any) ->
         threads = torch.get_num_threads()
         size = ranks.world.size
         log_start_summary(run, trainer.loaded, producer.task, parameters, size, threads)
+        sharding = trainer.loaded.sharding
+        if sharding is not None:
+            log.info("%s", sharding.describe(size))
         engine = getattr(producer, "engine", None)
-        if engine is not None and run.rollout.engine != "torch":
+        if engine is not None and (run.rollout.engine != "torch" or sharding is not None):
             log.info("%s", engine.describe())
     else:
         log.info("%s", parameter_line(run, trainer.model))

@@ -31,6 +31,7 @@ from art_hydra.engine.rl.losses import (
     sft_loss,
 )
 from art_hydra.engine.rl.sampling import SamplingSettings
+from art_hydra.engine.sharding import full
 
 if TYPE_CHECKING:
     from art_hydra.config.schema import RLConfig, TrainerConfig
@@ -244,16 +245,22 @@ def schedule_rates(optimizer: Any, scheduler: Any) -> None:
     scheduler._last_lr = rates
 
 
-def optimizer_to_safetensors(optimizer: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Split an optimizer state dict into tensors (safetensors) and plain values (JSON)."""
+def optimizer_to_safetensors(
+    optimizer: Any, whole: dict[str, torch.Tensor] | None = None
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Split an optimizer state dict into tensors (safetensors) and plain values (JSON);
+    ``whole``: the tensors already gathered from their shards, by the same names."""
     state = optimizer.state_dict()
     tensors: dict[str, torch.Tensor] = {}
     plain: dict[str, Any] = {"param_groups": state["param_groups"], "state": {}}
     for index, values in state["state"].items():
         plain["state"][str(index)] = {}
         for key, value in values.items():
-            if torch.is_tensor(value):
-                tensors[f"{index}.{key}"] = value.detach().contiguous().cpu()
+            name = f"{index}.{key}"
+            if whole is not None and name in whole:
+                tensors[name] = whole[name]
+            elif torch.is_tensor(value):
+                tensors[name] = value.detach().contiguous().cpu()
             else:
                 plain["state"][str(index)][key] = value
     return tensors, plain
@@ -284,6 +291,82 @@ def _no_buffer_sync() -> dict[str, bool]:
     return {key: False}
 
 
+def _sharded_policy(loaded: LoadedModel, policy: PolicyLogprobs, world: Any) -> Any:
+    """The FSDP root that trains: the model sharded now, or already (the SFT warm start's
+    trainer comes after the run's and shares its model)."""
+    from art_hydra.engine.sharding import place_on_load, shard
+
+    if loaded.sharding is None:
+        loaded.sharding = shard(policy, loaded.model, world, world.fsdp, loaded.device)
+        place_on_load(loaded.model)
+    return loaded.sharding.root
+
+
+def _loss_scaler(loaded: LoadedModel) -> Any:
+    """Loss scaling for float16 mixed precision (its small range underflows gradients)."""
+    if loaded.autocast != torch.float16:
+        return None
+    return torch.amp.GradScaler(loaded.device.type)
+
+
+def _agree_on_overflow(scaler: Any, optimizer: Any) -> None:
+    """Make every rank of a sharded run skip a step that overflowed on any rank: each
+    rank's loss scaler checked only its shard of the gradients. (torch's
+    ``ShardedGradScaler`` does the same all-reduce, but fails on DTensor gradients on the
+    CPU in torch 2.13; the scaler's per-optimizer state is where both keep the flags.)"""
+    import torch.distributed as dist
+
+    state = scaler._per_optimizer_states[id(optimizer)]
+    for found in state["found_inf_per_device"].values():
+        dist.all_reduce(found, op=dist.ReduceOp.MAX)
+
+
+def _optimizer_params(optimizer: Any) -> list[Any]:
+    """The parameters in the order the optimizer's state dict numbers them."""
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def _gathered_moments(optimizer: Any, main: bool) -> dict[str, torch.Tensor]:
+    """The optimizer's sharded tensors, whole, on the ``main`` rank (a collective: every
+    rank gathers each in the same order); named as :func:`optimizer_to_safetensors`
+    names them."""
+    from art_hydra.engine.sharding import full, is_sharded
+
+    found: dict[str, torch.Tensor] = {}
+    for index, param in enumerate(_optimizer_params(optimizer)):
+        for key, value in sorted(optimizer.state.get(param, {}).items()):
+            if torch.is_tensor(value) and is_sharded(value):
+                whole = full(value.detach())
+                if main:
+                    found[f"{index}.{key}"] = whole.cpu().contiguous()
+    return found
+
+
+def _placed_moments(optimizer: Any, tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Whole moments read from a checkpoint, cut to this rank's shards of their
+    parameters (a scalar like Adam's step count stays as it is)."""
+    from art_hydra.engine.sharding import is_sharded, place_like
+
+    params = _optimizer_params(optimizer)
+    placed: dict[str, Any] = {}
+    for name, tensor in tensors.items():
+        param = params[int(name.split(".", 1)[0])]
+        fits = is_sharded(param) and tuple(tensor.shape) == tuple(param.shape)
+        placed[name] = place_like(tensor, param) if fits else tensor
+    return placed
+
+
+class _GatheredWeights:
+    """The loaded model's stand-in for a checkpoint of a sharded run: writes the weights
+    gathered on rank 0 as the model writes its own."""
+
+    def __init__(self, loaded: LoadedModel, whole: dict[str, Any]) -> None:
+        self.loaded, self.whole = loaded, whole
+
+    def save_weights(self, folder: Any) -> None:
+        self.loaded.save_weights(folder, self.whole)
+
+
 class Trainer:
     """Owns the optimizer; :meth:`train_step` is what the queue's thread runs."""
 
@@ -301,8 +384,13 @@ class Trainer:
         #: ranks in backward; buffers are not broadcast, since every rank builds the same
         #: ones).
         self.policy: Any = PolicyLogprobs(self.model)
-        self._ddp = world is not None and world.enabled
-        if self._ddp:
+        #: Sharded over the ranks (distributed.strategy=fsdp): the FSDP root trains.
+        self.sharded = world is not None and world.shards
+        self._ddp = world is not None and world.enabled and not self.sharded
+        self.main = world is None or world.is_main
+        if self.sharded:
+            self.policy = _sharded_policy(loaded, self.policy, world)
+        elif self._ddp:
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [loaded.device.index] if loaded.device.type == "cuda" else None
@@ -315,18 +403,32 @@ class Trainer:
         if loaded.half_weights:
             warn_if_updates_round_away(self.model, trainer_cfg.learning_rate)
         #: Loss scaling for float16 mixed precision (its small range underflows gradients).
-        self.scaler = (
-            torch.amp.GradScaler(loaded.device.type) if loaded.autocast == torch.float16 else None
-        )
+        self.scaler = _loss_scaler(loaded)
         self.reference = self._build_reference() if training_loss.needs_reference else None
         #: Whether the reference was re-anchored (after the SFT warm start), so its
         #: weights are no longer the model folder's and go into checkpoints.
         self.reference_anchored = False
         self.step = 0
+        #: The optimizer's moments gathered whole for the next checkpoint (sharded runs:
+        #: :meth:`gather_checkpoint`), consumed by :meth:`state_dict`.
+        self._whole_moments: dict[str, torch.Tensor] | None = None
+
+    def gather_checkpoint(self) -> Any:
+        """What a checkpoint writes the weights from, gathered on every rank at once
+        where they are sharded (a collective; rank 0 keeps the whole tensors, and so do
+        the optimizer's moments for :meth:`state_dict`): the loaded model itself, or a
+        stand-in that writes the gathered weights as the model would."""
+        whole = self.loaded.gather_weights(self.main)
+        if whole is None:
+            return self.loaded
+        self._whole_moments = _gathered_moments(self.optimizer, self.main)
+        return _GatheredWeights(self.loaded, whole)
 
     def state_dict(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """Optimizer moments (tensors); step, schedule and loss scaler (JSON-able)."""
-        tensors, optimizer = optimizer_to_safetensors(self.optimizer)
+        """Optimizer moments (tensors, whole even when the run shards them); step,
+        schedule and loss scaler (JSON-able)."""
+        tensors, optimizer = optimizer_to_safetensors(self.optimizer, self._whole_moments)
+        self._whole_moments = None
         plain = {
             "step": self.step,
             "optimizer": optimizer,
@@ -360,6 +462,8 @@ class Trainer:
             )
             self.decay_rule = rule
             self.optimizer, self.scheduler = build_optimizer(self.model, self.cfg, rule)
+        if self.sharded:  # whole moments in the file: each rank keeps its shard of them
+            tensors = _placed_moments(self.optimizer, tensors)
         optimizer_from_safetensors(self.optimizer, tensors, plain["optimizer"])
         self.scheduler.load_state_dict(plain["scheduler"])
         schedule_rates(self.optimizer, self.scheduler)
@@ -389,8 +493,10 @@ class Trainer:
             if self.loaded.is_peft:
                 from art_hydra.engine.backends.adapters import adapters_disabled
 
+                # Sharded, the forward goes through the FSDP root (which gathers).
+                policy = self.policy if self.sharded else self.model
                 with adapters_disabled(self.model):
-                    return packed_logprobs(self.model, batch, self.training_loss.sampling)[0]
+                    return packed_logprobs(policy, batch, self.training_loss.sampling)[0]
             return packed_logprobs(self.reference, batch, self.training_loss.sampling)[0]
 
     def loss(self, batch: PackedBatch) -> tuple[torch.Tensor, dict[str, float]]:
@@ -466,6 +572,8 @@ class Trainer:
         """The micro-batch's loss, backpropagated. Across ranks, gradients are averaged
         once per optimizer step (``sync``: its last micro-batch), not after those that
         only accumulate."""
+        if self.sharded:
+            self.policy.set_requires_gradient_sync(sync)
         with self.policy.no_sync() if self._ddp and not sync else contextlib.nullcontext():
             loss, stats = self.loss(batch)
             (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
@@ -478,7 +586,10 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)  # clip the true gradient, not the scaled one
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+            if self.sharded:
+                _agree_on_overflow(self.scaler, self.optimizer)
+        # A sharded run's norm is over every rank's shards (a DTensor, reduced whole).
+        grad_norm = float(full(torch.nn.utils.clip_grad_norm_(params, max_norm)))
         skipped = self._optimizer_step()
         if not skipped:
             self.scheduler.step()

@@ -26,6 +26,7 @@ from art_hydra.preflight.evaluation import evaluation_problems
 from art_hydra.preflight.folders import for_sweep, run_folder_problems
 from art_hydra.preflight.model import model_problems
 from art_hydra.preflight.model_load import model_load_problems
+from art_hydra.preflight.rank_memory import sharding_problems
 from art_hydra.preflight.rollout_engine import rollout_engine_problems
 from art_hydra.preflight.task import task_problems
 from art_hydra.preflight.trackers import tracker_problems
@@ -103,6 +104,7 @@ _READS: dict[str, tuple[str, ...]] = {
     "eval": ("eval", "task", "algorithm", "rl", "sft", "seed"),
     "rollout": ("rollout", "model", "backend", "algorithm", "rl", "eval"),
     "environments": ("task", "model", "algorithm", "rl", "sft", "seed", "timeouts"),
+    "ranks": ("distributed", "model", "backend", "algorithm", "rl", "eval", "rollout"),
 }
 
 
@@ -215,6 +217,7 @@ def _register_own_checks() -> None:
         ("eval", evaluation_problems, False),
         ("environments", agent_problems, False),
         ("rollout", rollout_engine_problems, True),
+        ("ranks", sharding_problems, True),
     ):
         world_check(check, name=name, reads=_READS[name], devices=devices)
 

@@ -99,6 +99,11 @@ def _several_ranks(c: DictConfig) -> bool:
     return (c.distributed.world_size or 1) > 1
 
 
+def _sharded(c: DictConfig) -> bool:
+    """distributed.strategy=fsdp on several ranks: FSDP2 is given distributed.fsdp.*."""
+    return _several_ranks(c) and c.distributed.strategy.name == "fsdp"
+
+
 def _vllm(also: Reads = every_run) -> Reads:
     """A rollout.vllm.* setting: read when vLLM samples RL's rollouts (SFT samples none,
     and its evaluation uses the built-in sampler), and ``also`` holds."""
@@ -188,6 +193,9 @@ READ_WHEN: dict[str, Reads] = {
     "distributed.world_size": every_run,
     "distributed.backend": _several_ranks,
     "distributed.timeout_s": _several_ranks,
+    # Sharding happens on several ranks only (one rank trains as one process).
+    "distributed.strategy": _several_ranks,
+    **{f"distributed.fsdp.{k}": _sharded for k in ("reshard_after_forward", "cpu_offload")},
     "task.name": every_run,
     "task.source": every_run,
     "task.generator": _source(TaskSource.generated),

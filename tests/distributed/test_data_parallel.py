@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ART_HYDRA, output_of, start_cli, wait_for_steps
+from conftest import ART_HYDRA, output_of, two_ranks_by_hand, wait_for_steps
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.dist
@@ -143,24 +142,7 @@ def test_a_two_rank_checkpoint_resumes_exactly_and_loads_alone(tmp_path: Path) -
 
 
 def _two_ranks(tmp_path: Path, *args: str) -> list[subprocess.Popen]:
-    """Two ranks started by hand, as a cluster's scheduler starts tasks (each gets its
-    own signals; no torchrun agent in between)."""
-    port = str(_free_port())
-    return [
-        start_cli(
-            *QUIET,
-            *args,
-            cwd=tmp_path,
-            env={
-                "RANK": str(rank),
-                "LOCAL_RANK": str(rank),
-                "WORLD_SIZE": "2",
-                "MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": port,
-            },
-        )
-        for rank in (0, 1)
-    ]
+    return two_ranks_by_hand(*QUIET, *args, cwd=tmp_path)
 
 
 @pytest.mark.parametrize("both", [False, True], ids=["one rank signalled", "both, 50 ms apart"])
@@ -195,12 +177,6 @@ def test_a_stop_signal_stops_every_rank_at_the_same_step_with_a_checkpoint(
         assert "stopped by a stop signal on another rank" in errs[1]
     newest = checkpoint_folders(tmp_path / "run" / "checkpoints")[-1]
     assert newest.name == f"step-{steps:06d}" and verify(newest) is None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_a_killed_rank_stops_the_other_with_its_name_within_the_bound(tmp_path: Path) -> None:

@@ -279,13 +279,18 @@ def adapters_disabled(model: Any) -> Iterator[None]:
         lora.enable_adapter_layers()
 
 
-def save_adapters(model: Any, folder: Path) -> None:
-    """Write the adapters as ``PeftModel.save_pretrained`` would (safetensors + config)."""
+def save_adapters(model: Any, folder: Path, whole: dict[str, Any] | None = None) -> None:
+    """Write the adapters as ``PeftModel.save_pretrained`` would (safetensors + config).
+    ``whole``: ``model``'s trained parameters gathered from its shards (by their names in
+    ``model``), which peft picks the adapters from as from a state dict of its own."""
     from peft import get_peft_model_state_dict
     from safetensors.torch import save_file
 
     lora = tuner(model)
-    state = get_peft_model_state_dict(lora, adapter_name=ADAPTER)
+    if whole is not None and lora is not model:
+        prefix = next(n for n, m in model.named_modules() if m is lora) + "."
+        whole = {k.removeprefix(prefix): v for k, v in whole.items()}
+    state = get_peft_model_state_dict(lora, state_dict=whole, adapter_name=ADAPTER)
     tensors = {f"{PEFT_PREFIX}{k}": v.detach().contiguous().cpu() for k, v in state.items()}
     folder.mkdir(parents=True, exist_ok=True)
     save_file(tensors, folder / "adapter_model.safetensors", metadata={"format": "pt"})

@@ -25,6 +25,8 @@ register_backend(
     four_bit=True,
     # One patched model on one device: no data-parallel ranks, no second sampler thread.
     several_ranks=False,
+    # Its patched kernels and 4-bit weights are not what FSDP2 shards.
+    shards=False,
     overlap_rollouts=False,
     own_precision=True,
     devices=("cuda",),

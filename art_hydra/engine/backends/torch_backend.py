@@ -43,6 +43,9 @@ class LoadedModel:
     #: (``model.master_weights=false``): small updates round away (the trainer measures
     #: how many at its learning rate and warns).
     half_weights: bool = False
+    #: The sharding (:class:`art_hydra.engine.sharding.Sharding`) once the trainer has
+    #: sharded the model over the ranks (distributed.strategy=fsdp), else None.
+    sharding: Any = None
 
     def compute_precision(self) -> contextlib.AbstractContextManager[Any]:
         """The one precision this model computes in, for training and sampling alike:
@@ -58,24 +61,47 @@ class LoadedModel:
         """A copy of the policy that is never trained (the reference, the overlapped
         sampler), for forwards in :meth:`compute_precision`: under mixed precision its
         linear weights are stored in the half type (see :func:`frozen_copy`)."""
+        if self.sharding is not None:  # a whole copy, gathered from the shards
+            from art_hydra.engine.sharding import whole_copy
+
+            return whole_copy(
+                self.sharding, self.model, self.device, lambda twin: halve(twin, self.autocast)
+            )
         return frozen_copy(self.model, self.autocast)
 
-    def save_weights(self, folder: Path) -> None:
+    def save_weights(self, folder: Path, whole: dict[str, Any] | None = None) -> None:
         """The trained weights as a standard folder (PEFT adapters, or a full model), and
-        the tokenizer, all safetensors."""
+        the tokenizer, all safetensors. ``whole``: the state gathered from the shards
+        (:meth:`gather_weights`), written as a single process writes its own."""
         if self.is_peft:
             from art_hydra.engine.backends.adapters import save_adapters
 
-            save_adapters(self.model, folder)
+            save_adapters(self.model, folder, whole)
+        elif whole is not None:
+            self.sharding.skeleton.save_pretrained(
+                folder, state_dict=whole, safe_serialization=True
+            )
         else:
             self.model.save_pretrained(folder, safe_serialization=True)
         self.tokenizer.save_pretrained(folder)
+
+    def gather_weights(self, main: bool) -> dict[str, Any] | None:
+        """The sharded weights whole on the ``main`` rank (a collective every rank joins;
+        only what :meth:`save_weights` writes: the adapters of a LoRA run); None where
+        nothing is sharded."""
+        if self.sharding is None:
+            return None
+        from art_hydra.engine.sharding import gathered_state
+
+        return gathered_state(self.model, main, trained_only=self.is_peft)
 
     def load_weights(self, folder: Path) -> None:
         """Load weights written by :meth:`save_weights` into this (same-shaped) model."""
         from safetensors.torch import load_file
 
-        device = str(self.device)
+        # Sharded, every rank reads the whole file: into CPU memory, each tensor then cut
+        # to this rank's shard on its device (never the whole model on every device).
+        device = "cpu" if self.sharding is not None else str(self.device)
         if self.is_peft:
             from art_hydra.engine.backends.adapters import load_adapters
 
@@ -183,7 +209,7 @@ def settle_precision(model: Any, model_cfg: ModelConfig) -> tuple[Any, bool]:
     return None, True  # pure bfloat16 weights compute in their own dtype
 
 
-def _autocast_linears(model: Any) -> list[Any]:
+def autocast_linears(model: Any) -> list[Any]:
     """The plain ``nn.Linear`` modules of ``model`` (autocast casts their weight and
     bias to the half type on every call) whose parameters no other module shares: a head
     tied to the input embeddings is left out, since the embedding lookup reads its
@@ -218,7 +244,7 @@ def frozen_copy(model: Any, half: Any) -> Any:
 
     memo: dict[int, Any] = {}
     if half is not None:
-        for module in _autocast_linears(model):
+        for module in autocast_linears(model):
             for param in module.parameters(recurse=False):
                 if param.dtype == torch.float32:
                     memo[id(param)] = torch.nn.Parameter(
@@ -226,6 +252,22 @@ def frozen_copy(model: Any, half: Any) -> Any:
                     )
     twin = copy.deepcopy(model, memo)
     return twin.eval().requires_grad_(False)
+
+
+def halve(model: Any, half: Any) -> None:
+    """Re-type, in place, the float32 weights of ``model``'s autocast linears to ``half``
+    (None: nothing), as :func:`frozen_copy` stores them; for a copy still on the meta
+    device, whose tensors are then made in that type."""
+    import torch
+
+    if half is None:
+        return
+    for module in autocast_linears(model):
+        for name, param in list(module.named_parameters(recurse=False)):
+            if param.dtype == torch.float32:
+                module._parameters[name] = torch.nn.Parameter(
+                    param.detach().to(half), requires_grad=False
+                )
 
 
 def float32_trainables(model: Any) -> None:

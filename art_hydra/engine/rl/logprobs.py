@@ -307,8 +307,9 @@ def backbone_hidden(lm: Any, kwargs: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def _scatter(values: torch.Tensor, index: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``values`` at the flat ``index`` of a zero tensor shaped as ``like`` (differentiable)."""
-    out = torch.zeros(like.numel(), dtype=values.dtype, device=values.device)
-    return out.index_put((index,), values).reshape(like.shape)
+    # Not a view of a flat tensor: FSDP's root would have to warn about its output.
+    out = torch.zeros(like.shape, dtype=values.dtype, device=values.device)
+    return out.index_put(torch.unravel_index(index, like.shape), values)
 
 
 def head_matches(model: Any, input_ids: torch.Tensor) -> bool:

@@ -29,15 +29,19 @@ class TorchRollout:
     def __init__(self, loaded: Any, run: RunConfig, world: Any = None) -> None:
         self.loaded = loaded
         overlap = run.algorithm.name.name == "rl" and run.rl.overlap_rollouts
-        #: The copy sampled from while the trainer trains (rl.overlap_rollouts), or None:
+        #: The copy sampled from while the trainer trains (rl.overlap_rollouts), or the
+        #: whole copy of a sharded policy (see :mod:`art_hydra.engine.sharding`), or None:
         #: the policy itself.
-        self.copy: Any = loaded.frozen_copy() if overlap else None
+        self.copy: Any = loaded.frozen_copy() if overlap or loaded.sharding else None
 
     @classmethod
     def on(cls, loaded: Any) -> TorchRollout:
-        """The sampler on the policy itself (evaluation, ``art-hydra generate``)."""
+        """The sampler on the policy itself (evaluation, ``art-hydra generate``); on a
+        whole copy of it where the policy is sharded (a collective: every rank makes it,
+        and :meth:`sync_weights` refreshes it)."""
         engine = cls.__new__(cls)
-        engine.loaded, engine.copy = loaded, None
+        engine.loaded = loaded
+        engine.copy = loaded.frozen_copy() if loaded.sharding is not None else None
         return engine
 
     @property
@@ -46,7 +50,10 @@ class TorchRollout:
         return self.copy if self.copy is not None else self.loaded.model
 
     def describe(self) -> str:
-        where = "a copy of the policy, refreshed after every step" if self.copy else "the policy"
+        where = "the policy"
+        if self.copy is not None:
+            whole = "a whole (unsharded) copy" if self.loaded.sharding else "a copy"
+            where = f"{whole} of the policy, refreshed after every step"
         return f"rollouts: the built-in torch sampler on {where}"
 
     def generate(
@@ -90,15 +97,18 @@ class TorchRollout:
 
     @torch.no_grad()
     def sync_weights(self) -> None:
-        """Copy the trained weights into the overlapped copy; frozen weights never
-        change and are skipped (nothing to do on the policy itself)."""
+        """Copy the trained weights into the copy (gathered from their shards: a
+        collective, at the same point on every rank); frozen weights never change and
+        are skipped (nothing to do on the policy itself)."""
         if self.copy is None:
             return
+        from art_hydra.engine.sharding import full
+
         policy = dict(self.loaded.model.named_parameters())
         for name, param in self.copy.named_parameters():
             source = policy[name]
             if source.requires_grad:
-                param.copy_(source)
+                param.copy_(full(source))
 
     def sleep(self) -> None:
         """Nothing to free: the policy is the trainer's own."""
