@@ -26,6 +26,8 @@ from art_hydra.config.rollout_engines import get_rollout_engine
 from art_hydra.config.schema import AlgorithmName, Device, DistStrategy
 from art_hydra.config.validator_registry import validator
 
+#: The built-in torch sampler: the one engine that samples from a sharded run's whole copy.
+TORCH_ENGINE = "torch"
 #: The override that keeps every rank's model whole (DDP), what a run that cannot shard does.
 DDP = {"distributed.strategy": DistStrategy.ddp.value}
 
@@ -87,21 +89,28 @@ def sharding_can_run(cfg: DictConfig) -> Iterator[Problem]:
 @validator
 def sharded_rollouts_run_on_a_whole_copy(cfg: DictConfig) -> Iterator[Problem]:
     """Under sharding the rollouts run on each rank's whole copy of the policy, which the
-    built-in sampler keeps (``in_process_policy``). An engine that holds weights of its
-    own would be handed shards to sync, not weights."""
+    built-in sampler keeps. Any other engine would sample from the sharded policy (whose
+    forwards are collectives: ranks decoding different lengths wait on each other
+    forever) or be handed shards to sync as if they were weights."""
     if not sharded(cfg) or cfg.algorithm.name != AlgorithmName.rl:
         return
     engine = get_rollout_engine(cfg.rollout.engine)
-    if engine is None or engine.in_process_policy or not engine.several_ranks:
+    if engine is None or engine.name == TORCH_ENGINE or not engine.several_ranks:
         return  # unknown: its own rule; one rank only: refused as several ranks
+    how = (
+        "samples from the policy itself, whose forwards are collectives once sharded: "
+        "ranks decoding different lengths would wait on each other forever"
+        if engine.in_process_policy
+        else "holds weights of its own, synced from the policy after every step, and a "
+        "sharded policy has only shards to sync from"
+    )
     yield Problem(
         "rollout.engine",
         engine.name,
-        f"holds weights of its own, synced from the policy after every step; "
-        f"distributed.strategy=fsdp shards the policy over the {world_size(cfg)} ranks, so "
-        "there are no whole weights to sync from (the built-in sampler keeps a whole copy).",
+        f"{how}; distributed.strategy=fsdp shards the policy over the {world_size(cfg)} "
+        "ranks, and only the built-in sampler keeps a whole copy to sample from.",
         fix(
-            {"rollout.engine": "torch"},
+            {"rollout.engine": TORCH_ENGINE},
             "the built-in sampler on each rank's whole copy",
             alt=fix(DDP, "a whole model on every rank"),
         ),

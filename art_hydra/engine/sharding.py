@@ -211,18 +211,51 @@ def gathered_state(model: Any, main: bool, trained_only: bool = False) -> dict[s
     return out
 
 
+def read_placed(path: Any, target: Any) -> dict[str, Any]:
+    """The tensors of the safetensors file ``path``, each read alone and, where
+    ``target(name, shape)`` names a sharded tensor, cut at once to this rank's shard of
+    it: a rank never holds more than one whole tensor of the file (on resume every rank
+    reads the same checkpoint, so whole files would cost each rank the whole model and
+    moments in CPU memory). Tensors without a sharded target stay whole."""
+    from safetensors import safe_open
+
+    found: dict[str, Any] = {}
+    with safe_open(str(path), framework="pt", device="cpu") as handle:
+        for name in handle.keys():  # noqa: SIM118 (safe_open is no mapping)
+            like = target(name, tuple(handle.get_slice(name).get_shape()))
+            value = handle.get_tensor(name)
+            found[name] = place_like(value, like) if like is not None else value
+    return found
+
+
+def parameter_target(model: Any) -> Any:
+    """``read_placed``'s target for ``model``'s own state names (a tied head's too)."""
+    own = {
+        **dict(model.named_parameters(remove_duplicate=False)),
+        **dict(model.named_buffers(remove_duplicate=False)),
+    }
+
+    def target(name: str, shape: tuple[int, ...]) -> Any:
+        like = own.get(name)
+        return like if like is not None and tuple(like.shape) == shape else None
+
+    return target
+
+
 def place_on_load(model: Any) -> None:
     """Let ``model.load_state_dict`` take whole tensors (every rank read the same
     checkpoint file): each is cut to this rank's shard of the parameter it loads into,
     so the loaders of a single process (``load_state_dict``, peft's
-    ``set_peft_model_state_dict``) work unchanged on a sharded model."""
+    ``set_peft_model_state_dict``) work unchanged on a sharded model. (peft with
+    transformers 5 cuts DTensor targets itself; the hook then sees shards and passes
+    them on.)"""
     own = {
         **dict(model.named_parameters(remove_duplicate=False)),  # a tied head's name too
         **dict(model.named_buffers(remove_duplicate=False)),
     }
 
     def hook(module: Any, state_dict: dict[str, Any], prefix: str, *_: Any) -> None:
-        for key, value in list(state_dict.items()):
+        for key, value in list(state_dict.items()):  # shards (read_placed) pass as they are
             like = own.get(key[len(prefix) :]) if key.startswith(prefix) else None
             if like is not None and torch.is_tensor(value) and not is_sharded(value):
                 state_dict[key] = place_like(value, like)
@@ -232,7 +265,8 @@ def place_on_load(model: Any) -> None:
 
 def place_like(value: torch.Tensor, like: Any) -> Any:
     """``value`` (a whole tensor every rank read from the same file) as ``like`` is laid
-    out: this rank's shard of it where ``like`` is sharded (no communication)."""
+    out: this rank's shard of it where ``like`` is sharded (no communication from torch
+    2.7; the whole tensor passes through the mesh's device, one tensor at a time)."""
     if not is_sharded(like):
         return value
     from torch.distributed.tensor import distribute_tensor

@@ -352,6 +352,7 @@ def _placed_moments(optimizer: Any, tensors: dict[str, torch.Tensor]) -> dict[st
     for name, tensor in tensors.items():
         param = params[int(name.split(".", 1)[0])]
         fits = is_sharded(param) and tuple(tensor.shape) == tuple(param.shape)
+        fits = fits and not is_sharded(tensor)  # read_tensors cut it already
         placed[name] = place_like(tensor, param) if fits else tensor
     return placed
 
@@ -443,6 +444,26 @@ class Trainer:
             for name, value in self.reference.state_dict().items():
                 tensors[REFERENCE + name] = value.detach().clone().contiguous()
         return tensors, plain
+
+    def read_tensors(self, path: Any) -> dict[str, Any]:
+        """The checkpoint's tensors for :meth:`load_state_dict`: sharded, each moment is
+        cut to this rank's shard as it is read (the file holds them whole)."""
+        from safetensors.torch import load_file
+
+        if not self.sharded:
+            return load_file(path)
+        from art_hydra.engine.sharding import read_placed
+
+        params = _optimizer_params(self.optimizer)
+
+        def target(name: str, shape: tuple[int, ...]) -> Any:
+            index = name.split(".", 1)[0]
+            if not index.isdigit() or int(index) >= len(params):
+                return None  # the reference's tensors ("reference/...") stay whole
+            param = params[int(index)]
+            return param if tuple(param.shape) == shape else None
+
+        return read_placed(path, target)
 
     def load_state_dict(self, tensors: dict[str, torch.Tensor], plain: dict[str, Any]) -> None:
         """Restore a checkpoint; one written under another weight-decay grouping (before

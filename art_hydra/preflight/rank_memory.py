@@ -438,7 +438,8 @@ def _loading_problems(
     remedy = fix(note="a device with more memory, or a smaller model")
     if cfg.model.finetune == FinetuneMethod.full:
         lora = loaded_whole(cfg, size, FinetuneMethod.lora)
-        if lora * local <= total:
+        state = estimate(cfg, size, cfg.distributed.strategy, ranks, finetune=FinetuneMethod.lora)
+        if _lora_loads(cfg, size, device, total, ranks) and _fits(state, device, total, ranks):
             remedy = fix(
                 {"model.finetune": FinetuneMethod.lora.name},
                 f"its half-type base loads in about {size_text(lora)}",
@@ -454,6 +455,13 @@ def _loading_problems(
             remedy,
         )
     ]
+
+
+def _lora_loads(cfg: DictConfig, size: PolicySize, device: str, total: int, ranks: int) -> bool:
+    """Whether the model under LoRA loads whole on each device (what a sharded run does
+    before sharding it; a run that does not shard holds it whole anyway)."""
+    local = local_ranks(ranks) if device == "cpu" else 1
+    return loaded_whole(cfg, size, FinetuneMethod.lora) * local <= total
 
 
 def _shortfall(memory: RankMemory, device: str, total: int, ranks: int) -> str | None:
@@ -522,7 +530,7 @@ def _fixes(cfg: DictConfig, size: PolicySize, device: str, total: int, ranks: in
             )
     if cfg.model.finetune == FinetuneMethod.full:
         m = estimate(cfg, size, cfg.distributed.strategy, ranks, finetune=FinetuneMethod.lora)
-        if _fits(m, device, total, ranks):
+        if _fits(m, device, total, ranks) and _lora_loads(cfg, size, device, total, ranks):
             found.append(
                 fix(
                     {"model.finetune": FinetuneMethod.lora.name},

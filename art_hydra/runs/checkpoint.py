@@ -268,6 +268,9 @@ class Checkpointer:
         state_dir = path / STATE_DIR
         state = safe_json.read(state_dir / "state.json")  # bounded: a folder may be tampered
         for name, component in components.items():
-            component.load_state_dict(load_file(state_dir / f"{name}.safetensors"), state[name])
+            # A component may read its own file (the trainer of a sharded run keeps only
+            # its shards of the moments); otherwise the file is read whole.
+            read = getattr(component, "read_tensors", load_file)
+            component.load_state_dict(read(state_dir / f"{name}.safetensors"), state[name])
         _restore_process_rng(load_file(state_dir / "rng.safetensors"))
         return int(state["step"])

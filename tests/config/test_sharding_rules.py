@@ -138,9 +138,34 @@ def test_an_engine_holding_its_own_weights_is_refused_where_the_policy_is_sharde
     result = compose_and_check(loader, "config", [*FSDP, "rollout.engine=acme_engine"], RunMode.RUN)
     (problem,) = [p for p in result.problems if p.key == "rollout.engine"]
     assert problem.severity == Severity.error and "holds weights of its own" in problem.reason
+    assert "only the built-in sampler keeps a whole copy" in problem.reason
     assert problem.fix.overrides() == ["rollout.engine=torch"]
     assert problem.fix.alt.overrides() == ["distributed.strategy=ddp"]
     under_ddp = compose_and_check(
         loader, "config", [*TWO, "rollout.engine=acme_engine"], RunMode.RUN
     )
     assert [p for p in under_ddp.problems if p.key == "rollout.engine"] == []
+
+
+def test_an_engine_sampling_from_the_policy_in_process_is_refused_where_it_shards(
+    loader: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin engine in the process, on the policy object (not the built-in sampler's
+    whole copy), would run sharded forwards, collectives, for completions of different
+    lengths on each rank."""
+    from art_hydra.config import rollout_engines
+
+    declared = rollout_engines.RolloutEngineDecl(
+        name="acme_local",
+        build="acme:Local",
+        in_process_policy=True,
+        model_folder=False,
+        module="acme",
+    )
+    monkeypatch.setitem(rollout_engines._engines, "acme_local", declared)
+    result = compose_and_check(loader, "config", [*FSDP, "rollout.engine=acme_local"], RunMode.RUN)
+    (problem,) = [p for p in result.problems if p.key == "rollout.engine"]
+    assert "samples from the policy itself" in problem.reason
+    assert problem.fix.overrides() == ["rollout.engine=torch"]
+    default = compose_and_check(loader, "config", list(FSDP), RunMode.RUN)
+    assert [p for p in default.problems if p.key == "rollout.engine"] == []

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 from family_models import FAMILIES, HYBRIDS, load_family, save_family
+from safetensors.torch import save_file
 
 from art_hydra.config.schema import FSDPConfig
 from art_hydra.engine.distributed import World
@@ -25,7 +26,10 @@ from art_hydra.engine.sharding import (
     blocks,
     full,
     gathered_state,
+    is_sharded,
+    parameter_target,
     place_on_load,
+    read_placed,
     shard,
     whole_copy,
 )
@@ -125,6 +129,15 @@ def test_a_family_shards_by_its_blocks_and_keeps_its_weights_whole_where_needed(
     assert all(torch.equal(whole[k], v) for k, v in before.items())
     if tied:
         assert whole["lm_head.weight"] is whole["model.embed_tokens.weight"]
+    saved = tmp_path / "whole.safetensors"
+    save_file(
+        {k: v.contiguous() for k, v in whole.items() if k != "lm_head.weight" or not tied}, saved
+    )
+    read = read_placed(saved, parameter_target(model))
+    names = dict(model.named_parameters())
+    for name, value in read.items():
+        assert is_sharded(value) == (name in names), name  # shards, never whole parameters
+        assert torch.equal(full(value), before[name]), name
     moved = {k: v + 1.0 if v.is_floating_point() else v for k, v in before.items()}
     model.load_state_dict(moved)  # whole tensors, cut to the shards by the hook
     again = gathered_state(model, main=True)

@@ -237,3 +237,26 @@ def test_a_sharded_run_whose_model_does_not_load_whole_is_refused(
     assert problem.fix.overrides() == ["model.finetune=lora"]
     _memory(monkeypatch, int(4.1 * TINY))
     assert [p for p in _report(loader, tmp_path, *run) if p.key == "distributed.strategy"] == []
+
+
+def test_lora_is_offered_only_where_its_base_loads_whole(
+    loader: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SFT on 16 GPUs, sharded, no sampler copy: LoRA's sharded state (a bfloat16 base
+    over 16 ranks) would fit a GPU of half a byte a parameter, but every rank loads its
+    base whole first (2 bytes a parameter): no fix offers LoRA there."""
+    monkeypatch.setattr(rank_memory, "training_device", lambda cfg: "cuda")
+    _memory(monkeypatch, int(0.5 * TINY))
+    run = (
+        "experiment=tiny_sft_reverse",
+        "distributed.world_size=16",
+        "distributed.strategy=fsdp",
+        "model.dtype=bfloat16",
+    )
+    (problem,) = [p for p in _report(loader, tmp_path, *run) if p.key == "distributed.strategy"]
+    remedies = []
+    remedy = problem.fix
+    while remedy is not None:
+        remedies += remedy.overrides()
+        remedy = remedy.alt
+    assert "model.finetune=lora" not in remedies, remedies

@@ -99,8 +99,8 @@ class LoadedModel:
         """Load weights written by :meth:`save_weights` into this (same-shaped) model."""
         from safetensors.torch import load_file
 
-        # Sharded, every rank reads the whole file: into CPU memory, each tensor then cut
-        # to this rank's shard on its device (never the whole model on every device).
+        # Sharded, every rank reads the same files, a tensor at a time, into CPU memory,
+        # each cut at once to this rank's shard (never the whole model on every device).
         device = "cpu" if self.sharding is not None else str(self.device)
         if self.is_peft:
             from art_hydra.engine.backends.adapters import load_adapters
@@ -112,7 +112,12 @@ class LoadedModel:
             return
         weights = {}
         for shard in sorted(folder.glob("*.safetensors")):
-            weights.update(load_file(shard, device=device))
+            if self.sharding is not None:
+                from art_hydra.engine.sharding import parameter_target, read_placed
+
+                weights.update(read_placed(shard, parameter_target(self.model)))
+            else:
+                weights.update(load_file(shard, device=device))
         missing, unexpected = self.model.load_state_dict(weights, strict=False)
         if unexpected or [m for m in missing if not m.endswith("lm_head.weight")]:
             raise RuntimeError(
