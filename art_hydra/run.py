@@ -66,11 +66,15 @@ def dry_run_report(cfg: Any, hydra: Any = None, *, before_hydra: bool = False) -
     """What a dry run prints: the resolved config, the code outside art_hydra it names or
     ran, and that it stopped. The command's own check stops ``before_hydra`` made any
     folder, so nothing was written either; a job's check runs in the folder Hydra made."""
+    from art_hydra.config.run_length import set_aside_note
+
     done = "nothing was trained or written" if before_hydra else "nothing was trained"
+    note = set_aside_note(cfg)  # a config file's max_steps gave way to the typed epochs
     return "\n".join(
         [
             resolved_yaml(cfg),
             outside_code_report(cfg, hydra),
+            *([note] if note else []),
             f"dry run: the configuration is valid; {done}.",
         ]
     )
@@ -177,6 +181,9 @@ def train_checked(cfg: DictConfig, run_dir: Path, world: Any = None) -> RunResul
     group this rank joined already (None: the run joins it). A stdout whose reader went
     away (``| head``) fails nothing: the run's outcome is its training's
     (:func:`~art_hydra.runs.progress.stdout_reader_may_go`)."""
+    from art_hydra.preflight.epochs import require_steps
+
+    require_steps(cfg)  # the world pre-flight's count (a path that skipped it counts here)
     with stdout_reader_may_go():
         finished = _finished_run(cfg, run_dir)
         if finished is not None:
@@ -204,8 +211,7 @@ def _finished_run(cfg: DictConfig, run_dir: Path) -> RunResult | None:
     steps = step if step is not None else cfg.trainer.max_steps
     print(
         f"art_hydra: {run_dir} already finished ({steps} steps); skipped (resume={mode}): "
-        f"trainer.max_steps={cfg.trainer.max_steps} leaves nothing to train. To train it "
-        f"further: resume=true trainer.max_steps=<more than {steps}>"
+        f"{_further(cfg, steps)}"
     )
     summary = {
         "run_dir": str(run_dir),
@@ -218,6 +224,25 @@ def _finished_run(cfg: DictConfig, run_dir: Path) -> RunResult | None:
 
     spec = resolve(cfg.objective, cfg.algorithm.name)
     return RunResult(objective_value(spec, records), summary)
+
+
+def _further(cfg: DictConfig, steps: int) -> str:
+    """Why a finished run has nothing left, and the key that trains it further: the
+    epochs where they sized the run (a larger trainer.max_steps would not win over
+    them without setting them aside), else trainer.max_steps."""
+    from art_hydra.preflight.epochs import epochs_sized
+
+    if epochs_sized(cfg):
+        epochs = f"{cfg.trainer.num_train_epochs:g}"
+        return (
+            f"trainer.num_train_epochs={epochs} ({cfg.trainer.max_steps} steps) leaves "
+            f"nothing to train. To train it further: resume=true "
+            f"trainer.num_train_epochs=<more than {epochs}>"
+        )
+    return (
+        f"trainer.max_steps={cfg.trainer.max_steps} leaves nothing to train. To train it "
+        f"further: resume=true trainer.max_steps=<more than {steps}>"
+    )
 
 
 def _record_refusal(folder: Path, exc: ConfigValidationError) -> None:
@@ -260,6 +285,9 @@ def run_validated(
     Public only so tests can drive a configuration the validators would reject (the
     RL accumulation deadlock) and show that the channel still ends it.
     """
+    from art_hydra.preflight.epochs import require_steps
+
+    require_steps(cfg)  # trainer.max_steps an int from here on, whatever the path
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
     from art_hydra.engine import distributed

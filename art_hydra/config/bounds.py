@@ -281,10 +281,13 @@ def condition_keys(cls: type) -> frozenset[str]:
 
 def _registry_problem(path: str, value: str, registry: str, default: Any) -> Problem | None:
     """A name its registry does not hold, with the nearest registered name as the fix."""
-    from art_hydra.config.key_registries import REGISTRIES, describe_registry
+    from art_hydra.config.key_registries import REGISTRIES, describe_registry, foreign_name_problem
 
     if value in REGISTRIES[registry].names():
         return None
+    foreign = foreign_name_problem(registry, path, value)
+    if foreign is not None:
+        return foreign
     near = REGISTRIES[registry].nearest(value)
     return Problem(
         path,

@@ -61,10 +61,11 @@ from art_hydra.config.problems import (
     placeholder,
     warnings_of,
 )
+from art_hydra.config.run_length import decide_length
 from art_hydra.config.schema import RunConfig
 from art_hydra.config.store import register_configs
 from art_hydra.config.structure import HYDRA_KEY, fit, type_problem, unknown_key_problem
-from art_hydra.config.trust import Hand, hand_of, trust_problems
+from art_hydra.config.trust import Hand, current_hand, hand_of, trust_problems
 from art_hydra.config.validator_registry import run_validators
 
 #: Name of the primary config in ``conf/``.
@@ -300,12 +301,12 @@ def _check_job(
         with hydra_compat.as_job(cfg, job_num), inert.tracing(origins):
             result.run_dir = str(cfg.hydra.runtime.output_dir)
             found = _hydra_value_problems(cfg, overrides)
-            resolved, checked = check(cfg, in_place=True)
+            resolved, checked = check(cfg, in_place=True, hand=result.hand)
     except OmegaConfBaseException as exc:  # the job's folder itself cannot be known
         result.run_dir = None
         found = [_hydra_problem(cfg, str(getattr(exc, "full_key", "") or "hydra"), exc)]
         with inert.tracing(origins):
-            resolved, checked = check(cfg, in_place=True)
+            resolved, checked = check(cfg, in_place=True, hand=result.hand)
     found += checked
     with open_dict(resolved):
         result.hydra = resolved.pop(HYDRA_KEY)
@@ -419,7 +420,9 @@ class _GroupFiles:
         return found is not None and str(found.path).startswith(("structured://", "pkg://"))
 
 
-def check(cfg: Any, *, in_place: bool = False) -> tuple[DictConfig, list[Problem]]:
+def check(
+    cfg: Any, *, in_place: bool = False, hand: Hand | None = None
+) -> tuple[DictConfig, list[Problem]]:
     """Fit ``cfg`` onto the schema, resolved, and run every check of the config alone.
 
     Returns the typed, resolved config and every problem: structural ones, bounds, then
@@ -427,25 +430,41 @@ def check(cfg: Any, *, in_place: bool = False) -> tuple[DictConfig, list[Problem
     before the next checks read it, so one mistake is reported once, by name, and no
     rule trips over it (the config then only serves the report). With ``strict=true``
     warnings count as errors. ``in_place`` resolves a composed config without copying it.
+    ``hand``: what the user typed (None: the hand of the run being checked, if any).
     """
     typed, problems = fit(cfg, in_place=in_place)
     _reset(typed, {p.key for p in problems})
-    bounds = settle(typed)
+    bounds = settle(typed, hand=hand)
     _reset(typed, {p.key for p in bounds})
     problems += bounds
     return typed, rule_problems(typed, problems)
 
 
-def settle(typed: DictConfig, changed: Sequence[str] | None = None) -> list[Problem]:
+def settle(
+    typed: DictConfig, changed: Sequence[str] | None = None, hand: Hand | None = None
+) -> list[Problem]:
     """Decide what the schema leaves to the launch (a null world size: as many ranks as
-    were started) and report each field outside its bound: every field, or only the
-    ``changed`` ones of a config whose other fields passed (unless one of them decides
-    where a bound applies)."""
+    were started) and which key sizes the run (:func:`~art_hydra.config.run_length.
+    decide_length`, from what ``hand`` typed; None: the current run's hand), and report
+    each field outside its bound: every field, or only the ``changed`` ones of a config
+    whose other fields passed (unless one of them decides where a bound applies). Every
+    path settles here: the command, ``compose``, a job's or a caller's ``train`` and a
+    sweep pre-flight's fast way."""
     if typed.distributed.world_size is None:  # null means: as many as the launcher started
         typed.distributed.world_size = launched_world_size() or 1
+    decide_length(typed, _typed_by_user(hand if hand is not None else current_hand()))
     if changed is None or condition_keys(RunConfig) & set(changed):
         return list(bound_problems(typed, RunConfig))
     return bound_problems_of(typed, RunConfig, [*changed, "distributed.world_size"])
+
+
+def _typed_by_user(hand: Hand | None) -> Callable[[str], bool] | None:
+    """Whether the user typed a key: set by ``hand``, or varied by the sweep being checked
+    (each job's command line sets it). None for a caller's config (no hand: all typed)."""
+    if hand is None:
+        return None
+    swept = inert.swept_now()
+    return lambda key: hand.set(key) or key in swept
 
 
 def rule_problems(typed: DictConfig, problems: list[Problem]) -> list[Problem]:

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from art_hydra.config.objective import reward_name
 from art_hydra.config.problems import Kind, Problem, Severity, fix, placeholder
+from art_hydra.config.run_length import known_steps, steps_named
 from art_hydra.config.schema import AlgorithmName, TaskSource
 from art_hydra.config.validator_registry import validator
 
@@ -154,14 +155,18 @@ def eval_fraction_holds_out_a_prompt(cfg: DictConfig) -> Iterator[Problem]:
 def eval_settings_need_evaluation(cfg: DictConfig) -> Iterator[Problem]:
     """An evaluation interval longer than the run evaluates only at the end. (Evaluation
     settings without evaluation are :mod:`art_hydra.config.inert`'s: each one set.)"""
+    steps = known_steps(cfg)  # a run sized by the data: the world pre-flight's, counted
+    if enabled(cfg) and steps is not None:
+        yield from eval_interval_problems(cfg, steps)
+
+
+def eval_interval_problems(cfg: DictConfig, steps: int) -> Iterator[Problem]:
+    """An evaluation interval longer than the run's ``steps``."""
     ev = cfg.eval
-    if not enabled(cfg):
-        return
-    if ev.every_steps > cfg.trainer.max_steps:
+    if ev.every_steps > steps:
         yield _warning(
             "eval.every_steps",
             ev.every_steps,
-            f"is longer than the run (trainer.max_steps={cfg.trainer.max_steps}): it "
-            "evaluates only at the end.",
-            fix({"eval.every_steps": max(1, cfg.trainer.max_steps // 5)}),
+            f"is longer than the run ({steps_named(cfg, steps)}): it evaluates only at the end.",
+            fix({"eval.every_steps": max(1, steps // 5)}),
         )

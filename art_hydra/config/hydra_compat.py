@@ -202,6 +202,37 @@ def wrap_launchers(wrap: Any) -> None:
     Plugins.instantiate_launcher = instantiate_launcher  # type: ignore[method-assign]
 
 
+#: The Optuna sweeper's private step :func:`wrap_optuna_trials` wraps (plugin 1.3: the
+#: trials of a batch, their search space and fixed params -> each trial's overrides).
+OPTUNA_TRIALS = (
+    "hydra_plugins.hydra_optuna_sweeper._impl",
+    "OptunaSweeperImpl",
+    "_configure_trials",
+)
+
+
+def wrap_optuna_trials(wrap: Any) -> None:
+    """Give the Optuna sweeper's ``_configure_trials`` (which fixes each asked trial's
+    point) as ``wrap(original, sweeper, trials, space, fixed)``: the sweeper counts every
+    trial it asked for against ``n_trials`` and has no hook before it launches them, so
+    this is where a trial whose point cannot run is swapped for another. Idempotent;
+    called only once the Optuna sweeper was chosen (its module is then imported)."""
+    import importlib
+
+    module, name, method = OPTUNA_TRIALS
+    impl = getattr(importlib.import_module(module), name)
+    original = getattr(impl, method)
+    if getattr(original, "_art_hydra_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def configure(self: Any, trials: Any, space: Any, fixed: Any) -> Any:
+        return wrap(original, self, trials, space, fixed)
+
+    configure._art_hydra_wrapped = True  # type: ignore[attr-defined]
+    setattr(impl, method, configure)
+
+
 def basic_sweeper() -> type:
     """Hydra's basic sweeper class (the pre-flight sweeper extends it)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper

@@ -117,6 +117,12 @@ def sweeping(keys: frozenset[str]) -> Iterator[None]:
         _swept.reset(token)
 
 
+def swept_now() -> frozenset[str]:
+    """The keys and groups of the sweep whose points are being checked (empty: none); each
+    job's own command line sets them, so its checks count them as typed by the user."""
+    return _swept.get()
+
+
 def swept_keys(task_overrides: Any) -> frozenset[str]:
     """The keys and groups the sweep ``task_overrides`` (a master's
     ``hydra.overrides.task``) varies."""
@@ -419,19 +425,21 @@ def rewards_sft_never_calls(cfg: DictConfig) -> Iterator[Problem]:
 @validator
 def tracker_settings_without_a_tracker(cfg: DictConfig) -> Iterator[Problem]:
     """logging.project names the project of a tracker that keeps runs in projects (W&B,
-    MLflow's experiment, Trackio); TensorBoard writes into the run folder and has none."""
+    MLflow's experiment, Trackio), logging.trackers_dir the folder of their stores;
+    TensorBoard writes into the run folder and has neither."""
     chosen = chosen_trackers(cfg.logging)
-    if cfg.logging.project is None or any(name != TENSORBOARD for name in chosen):
+    given = cfg.logging.project is not None or cfg.logging.get("trackers_dir") is not None
+    if not given or any(name != TENSORBOARD for name in chosen):
         return
     reports = "TensorBoard only (event files in the run folder)" if chosen else "no tracker"
     yield from _inert(
         cfg,
-        ["logging.project"],
-        f"logging.report_to reports to {reports}, which has no projects",
-        "the project name is not used",
+        ["logging.project", "logging.trackers_dir"],
+        f"logging.report_to reports to {reports}, which has no projects or stores of its own",
+        "neither the project name nor the trackers' folder is used",
         lambda key, value: fix(
             {key: None},
-            "no project",
+            "unset it",
             alt=fix({"logging.report_to": [*chosen, "wandb"]}, "or mlflow, trackio: a tracker"),
         ),
         ("logging.report_to", "logging.tensorboard", "experiment"),

@@ -11,7 +11,8 @@ from typing import Any
 
 from art_hydra.config import advantage_estimators, backends, policy_losses, rollout_engines
 from art_hydra.config.plugin_registry import PluginRegistry
-from art_hydra.config.problems import Problem
+from art_hydra.config.problems import Kind, Problem, Severity
+from art_hydra.config.trl_names import trl_loss_type_fix
 
 #: Registry name (as ``setting(..., registry=...)`` writes it) -> the registry.
 REGISTRIES: dict[str, PluginRegistry[Any]] = {
@@ -31,6 +32,20 @@ def describe_registry(registry: str) -> str:
     """The key's limits in words: "a registered policy loss (ppo_clip, cispo)"."""
     named = REGISTRIES[registry]
     return f"a registered {named.what} ({', '.join(named.names())})"
+
+
+def foreign_name_problem(registry: str, path: str, value: str) -> Problem | None:
+    """A value another library's users type for this registry's key, meaning settings
+    of other keys here (TRL's ``loss_type=dapo`` is ``rl.loss_type=ppo_clip
+    rl.loss_aggregation=dapo``): the problem with the fix that sets them all, or None.
+    Asked only for a name the registry does not hold, so a plugin may take the name."""
+    if registry != "policy_loss":
+        return None
+    found = trl_loss_type_fix(value)
+    if found is None:
+        return None
+    why, repair = found
+    return Problem(path, value, why, repair, Kind.bound, Severity.error)
 
 
 def load_problems() -> list[Problem]:

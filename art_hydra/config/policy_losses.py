@@ -41,6 +41,24 @@ BUILTIN_MODULES = ("art_hydra.engine.rl.losses",)
 #: The ``rl.*`` settings a loss may declare that it honours or requires.
 LOSS_SETTINGS = ("epsilon", "epsilon_high")
 
+#: ``rl.loss_aggregation``'s values, TRL 1.16's ``loss_type`` names for its normalisations
+#: -> what one optimizer step's masked per-token terms (policy and KL) are averaged by.
+#: The engine (:func:`art_hydra.engine.rl.losses.policy_loss`) implements each; kept
+#: here, torch-free, so validation, the key table and the TRL-name fixes read one list.
+#: ``dapo`` (the first) is the default and what art_hydra did before the key existed.
+LOSS_AGGREGATIONS: dict[str, str] = {
+    "dapo": "the sum over the step's tokens / the generation batch's trained tokens over "
+    "every rank / the ranks / rl.steps_per_generation (TRL's num_items_in_batch rescaled "
+    "to one step): every token of a generation batch weighs alike",
+    "grpo": "each completion's token mean, then the mean over the rank's completions "
+    "(a short completion's tokens weigh more)",
+    "bnpo": "the sum over the rank's trained tokens / their count (each optimizer step's "
+    "own token mean); TRL's bnpo under trainer.gradient_accumulation_steps=1 (TRL averages "
+    "each micro-batch's token mean when it accumulates)",
+    "dr_grpo": "the sum / (the rank's completions x rl.max_completion_length), a constant "
+    "per step: no length bias (Dr. GRPO)",
+}
+
 
 @dataclass(frozen=True)
 class PolicyLoss:

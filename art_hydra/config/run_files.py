@@ -36,7 +36,10 @@ RESULT = "result.json"
 EXPORT = "export"
 EXPORT_LEFTOVERS = (f".{EXPORT}.tmp-*", f".{EXPORT}.old-*")
 #: A sweep's ranked summary of its jobs, written into the sweep folder.
-SWEEP_SUMMARY = ("summary.csv", "summary.md")
+SWEEP_SUMMARY = ("summary.csv", "summary.md", "summary_grouped.csv", "summary.png")
+#: The lock a sweep's parent process holds on its sweep folder while it runs: a second
+#: sweep into the same folder is refused instead of sharing its job folders.
+SWEEP_LOCK = ".sweep.lock"
 #: The run folder's list of the entries its runs made there (JSON, written atomically):
 #: the only entries a run ever deletes or replaces; everything else in the folder is
 #: left alone.
@@ -56,6 +59,7 @@ SWEEP_FILES = (
     "multirun.yaml",
     ".submitit",
     "optimization_results.yaml",
+    SWEEP_LOCK,
     *SWEEP_SUMMARY,
     *(f".{name}.*.tmp" for name in SWEEP_SUMMARY),
 )

@@ -320,6 +320,11 @@ class AlgorithmConfig:
     )
 
 
+#: Optimizer steps of a run that sets neither ``trainer.max_steps`` nor
+#: ``trainer.num_train_epochs`` (``trainer.max_steps=null``'s meaning then).
+DEFAULT_MAX_STEPS = 100
+
+
 @dataclass
 class TrainerConfig:
     """Optimisation settings shared by RL and SFT (names as in TrainingArguments)."""
@@ -340,7 +345,34 @@ class TrainerConfig:
         help="Micro-batches per optimizer step; RL requires 1 (its producer waits for each "
         "step's result).",
     )
-    max_steps: int = setting(100, ge=1, help="Optimizer steps in the run.", resume=MAY_CHANGE)
+    max_steps: int | None = setting(
+        None,
+        ge=1,
+        help=(
+            "Optimizer steps in the run. Typed by the user, or set with trainer.num_train_epochs "
+            "by config files alone, it wins over the epochs (as in TRL, with a warning); a "
+            "config file's value gives way to a trainer.num_train_epochs the user typed. "
+            "null: sized by trainer.num_train_epochs when that is set, else "
+            f"{DEFAULT_MAX_STEPS} steps (composition fills it in). The run records the number "
+            "it trains."
+        ),
+        resume=MAY_CHANGE,
+    )
+    num_train_epochs: float | None = setting(
+        None,
+        gt=0,
+        why="a run of no data trains nothing.",
+        help=(
+            "Size the run from the data, as TrainingArguments does: passes over the training "
+            "examples (RL: prompts, after eval.fraction's held-out share), fractions allowed, "
+            "rounded up to whole steps (RL: whole generation batches). Typed on the command "
+            "line it sets aside a trainer.max_steps from a config file; a trainer.max_steps "
+            "typed too wins. The world pre-flight counts the data and records the steps as "
+            "trainer.max_steps."
+        ),
+        resume=MAY_CHANGE,
+        legacy=None,
+    )
     max_grad_norm: float = setting(
         1.0,
         ge=0,
@@ -462,6 +494,19 @@ class RLConfig:
             "importance weight), or one a plugin or launcher script registers."
         ),
         registry="policy_loss",
+    )
+    loss_aggregation: str = setting(
+        "dapo",
+        choices=("dapo", "grpo", "bnpo", "dr_grpo"),
+        help=(
+            "How the masked per-token terms (policy and KL) are averaged, by TRL's loss_type "
+            "names: dapo (the step's token sum / the generation batch's trained tokens per "
+            "step, over every rank), grpo (each completion's token mean, then the mean over "
+            "completions), bnpo (the step's token mean on each rank), dr_grpo (the sum / "
+            "(completions x rl.max_completion_length)). TRL's loss_type=dapo is "
+            "rl.loss_type=ppo_clip rl.loss_aggregation=dapo here."
+        ),
+        legacy="dapo",
     )
     scale_rewards: bool = setting(
         True, help="Divide group-centred rewards by the group's standard deviation."
@@ -1040,6 +1085,21 @@ class LoggingConfig:
             "null: art-hydra-<task name>."
         ),
         resume=MAY_CHANGE,
+    )
+    trackers_dir: str | None = setting(
+        None,
+        help=(
+            "Folder the trackers' local stores go in, laid out as TRL's libraries write "
+            "them: <dir>/wandb, <dir>/mlruns, <dir>/trackio ('.': TRL's ./wandb and ./mlruns "
+            "in the working folder). A relative dir is taken from the folder art-hydra was "
+            "launched in (hydra.runtime.cwd, also with hydra.job.chdir=true); ~ is home. "
+            "A resume may change it: a tracker whose run is not in the new store starts a "
+            "new run there, with a warning. null: the run folder's trackers/ (a sweep's jobs share "
+            "the sweep folder's MLflow store and Trackio database). A library's own "
+            "variable (WANDB_DIR, MLFLOW_TRACKING_URI, TRACKIO_DIR) wins over both."
+        ),
+        resume=MAY_CHANGE,
+        legacy=None,
     )
     plot: bool = setting(True, help="Draw the reward curve to a PNG at the end.", resume=MAY_CHANGE)
     progress_bar: str = setting(

@@ -32,7 +32,10 @@ class TrlName:
 
     def suggestion(self, path: str, value: Any) -> Fix:
         sets = self.convert(value) if self.convert is not None else {self.key: value}
-        return fix(sets, note=self.note, drops=(path,))
+        note = self.note
+        if self.key == "rl.loss_type":
+            note = unknown_loss_type_note(value) or note
+        return fix(sets, note=note, drops=(path,))
 
 
 def _dtype(half: str) -> Callable[[Any], Mapping[str, Any]]:
@@ -52,8 +55,64 @@ def _weights(value: Any) -> Mapping[str, Any]:
     return {f"task.rewards.{i}.weight": w for i, w in enumerate(weights)}
 
 
+#: TRL 1.16's ``GRPOConfig.loss_type`` names one policy loss and one normalisation
+#: together; art_hydra keeps them apart: name -> (``rl.loss_type``,
+#: ``rl.loss_aggregation``, what differs). TRL's cispo normalises as dapo does; its sapo
+#: (a soft gate) as grpo does, with no such policy loss here.
+TRL_LOSS_TYPES: dict[str, tuple[str, str, str]] = {
+    "grpo": ("ppo_clip", "grpo", ""),
+    "bnpo": ("ppo_clip", "bnpo", ""),
+    "dr_grpo": ("ppo_clip", "dr_grpo", ""),
+    "dapo": ("ppo_clip", "dapo", ""),
+    "cispo": ("cispo", "dapo", ""),
+    "sapo": (
+        "ppo_clip",
+        "grpo",
+        "art_hydra has no SAPO soft gate: ppo_clip (its hard clip) with SAPO's grpo "
+        "normalisation is the closest; a 'sapo' loss registered with @register_policy_loss "
+        "would be taken as named",
+    ),
+}
+
+
 def _loss_type(value: Any) -> Mapping[str, Any]:
-    return {"rl.loss_type": "cispo" if str(value) == "cispo" else "ppo_clip"}
+    """TRL's ``loss_type`` as the two keys here; a name outside :data:`TRL_LOSS_TYPES`
+    (a newer TRL's vespo, luspo) has no equivalent here, and none is made up: the fix
+    asks for a policy loss (:func:`unknown_loss_type_note` says why)."""
+    found = TRL_LOSS_TYPES.get(str(value))
+    if found is None:
+        return {"rl.loss_type": placeholder("a registered policy loss: ppo_clip, cispo")}
+    loss, aggregation, _ = found
+    return {"rl.loss_type": loss, "rl.loss_aggregation": aggregation}
+
+
+def unknown_loss_type_note(value: Any) -> str | None:
+    """What the fix says of a TRL ``loss_type`` with no equivalent here (None: it has one)."""
+    if str(value) in TRL_LOSS_TYPES:
+        return None
+    return (
+        f"TRL's loss_type={value} has no equivalent here: art_hydra's policy losses are "
+        "ppo_clip (TRL's grpo, bnpo, dr_grpo, dapo) and cispo, and a new one is registered "
+        "with @register_policy_loss"
+    )
+
+
+def trl_loss_type_fix(value: Any) -> tuple[str, Fix] | None:
+    """(why, fix) where ``rl.loss_type`` holds one of TRL's ``loss_type`` names that is no
+    policy loss here (``dapo``, ``grpo``, ...): a TRL user chose a normalisation, which
+    is ``rl.loss_aggregation`` here, so the fix sets both keys, not ppo_clip alone."""
+    found = TRL_LOSS_TYPES.get(str(value))
+    if found is None:
+        return None
+    loss, aggregation, note = found
+    policy = "SAPO's soft gate" if note else f"{loss}, PPO's clipped surrogate,"
+    why = (
+        f"is TRL's loss_type for {policy} with the {aggregation} normalisation; art_hydra "
+        "keeps the policy loss (rl.loss_type: a registered policy loss) and how its token "
+        "terms are averaged (rl.loss_aggregation: dapo, grpo, bnpo, dr_grpo) apart."
+    )
+    sets = {"rl.loss_type": loss, "rl.loss_aggregation": aggregation}
+    return why, fix(sets, note=note)
 
 
 def _asked(key: str, what: str) -> Callable[[Any], Mapping[str, Any]]:
@@ -80,10 +139,9 @@ TRL_NAMES: dict[str, TrlName] = {
         convert=_weights,
     ),
     "num_train_epochs": TrlName(
-        "trainer.max_steps",
-        note="art_hydra counts optimizer steps, not epochs: an epoch is the examples "
-        "divided by the prompts of one step",
-        convert=_asked("trainer.max_steps", "optimizer steps"),
+        "trainer.num_train_epochs",
+        note="typed, it sizes the run from the data, setting aside a trainer.max_steps from "
+        "a config file; a trainer.max_steps typed with it wins, as in TRL",
     ),
     "warmup_ratio": TrlName(
         "trainer.warmup_steps",
@@ -92,8 +150,9 @@ TRL_NAMES: dict[str, TrlName] = {
     ),
     "loss_type": TrlName(
         "rl.loss_type",
-        note="art_hydra has ppo_clip, TRL's clipped surrogate, which grpo, bnpo, dr_grpo "
-        "and dapo share while averaging tokens each their own way; and cispo",
+        note="TRL's loss_type names a policy loss and a normalisation at once; here they "
+        "are rl.loss_type (ppo_clip, TRL's clipped surrogate, or cispo) and "
+        "rl.loss_aggregation (grpo, bnpo, dr_grpo, dapo)",
         convert=_loss_type,
     ),
     "output_dir": TrlName("hydra.run.dir"),

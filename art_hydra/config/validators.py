@@ -39,6 +39,7 @@ from art_hydra.config.objective import (
     reward_name,
 )
 from art_hydra.config.problems import Fix, Kind, Problem, Severity, fix, placeholder
+from art_hydra.config.run_length import known_steps, steps_named
 from art_hydra.config.schema import (
     DERIVED_SEQUENCE_ROOM,
     AlgorithmName,
@@ -606,8 +607,8 @@ def generations_are_used_whole(cfg: DictConfig) -> Iterator[Problem]:
     if not _is_rl(cfg):
         return
     per_generation = cfg.rl.steps_per_generation * cfg.rl.num_iterations
-    steps = cfg.trainer.max_steps
-    if per_generation > 1 and steps % per_generation:
+    steps = known_steps(cfg)  # sized by epochs (None): whole generation batches
+    if per_generation > 1 and steps is not None and steps % per_generation:
         whole = max(per_generation, steps - steps % per_generation)
         yield _warning(
             "trainer.max_steps",
@@ -669,15 +670,48 @@ def ranks_agree_with_the_launch(cfg: DictConfig) -> Iterator[Problem]:
 
 @validator
 def warmup_within_the_run(cfg: DictConfig) -> Iterator[Problem]:
+    """Checked on the run's steps; a run sized by the data is checked by the world
+    pre-flight once it has counted them (:mod:`art_hydra.preflight.epochs`)."""
+    steps = known_steps(cfg)
+    if steps is not None:
+        yield from warmup_problems(cfg, steps)
+
+
+def warmup_problems(cfg: DictConfig, steps: int) -> Iterator[Problem]:
+    """A warmup as long as the run's ``steps``."""
     t = cfg.trainer
-    if t.warmup_steps >= t.max_steps:
+    if t.warmup_steps >= steps:
         yield _warning(
             "trainer.warmup_steps",
             t.warmup_steps,
-            f"is not shorter than the run (trainer.max_steps={t.max_steps}): the learning rate "
+            f"is not shorter than the run ({steps_named(cfg, steps)}): the learning rate "
             "never reaches trainer.learning_rate.",
-            fix({"trainer.warmup_steps": t.max_steps // 10}),
+            fix({"trainer.warmup_steps": steps // 10}),
         )
+
+
+@validator
+def max_steps_wins_over_epochs(cfg: DictConfig) -> Iterator[Problem]:
+    """Both lengths set after composition decided (a typed ``max_steps``, or both from
+    config files): ``trainer.max_steps`` wins, as TRL's ``max_steps > 0`` overrides
+    ``num_train_epochs``; said, since the epochs asked for are then not trained."""
+    t = cfg.trainer
+    if t.num_train_epochs is None or t.max_steps is None:
+        return
+    yield _warning(
+        "trainer.num_train_epochs",
+        t.num_train_epochs,
+        f"is ignored: trainer.max_steps={t.max_steps} is set too, and wins (as in TRL, where "
+        "max_steps overrides num_train_epochs), so the run trains "
+        f"{t.max_steps} steps, whatever an epoch holds (a trainer.max_steps typed on the "
+        "command line, or both set by config files; a typed trainer.num_train_epochs sets "
+        "a config file's trainer.max_steps aside). null sizes the run by epochs.",
+        fix(
+            {"trainer.max_steps": None},
+            "size the run by trainer.num_train_epochs",
+            alt=fix({"trainer.num_train_epochs": None}, f"train {t.max_steps} steps"),
+        ),
+    )
 
 
 @validator
@@ -723,15 +757,23 @@ def objective_names_a_logged_metric(cfg: DictConfig) -> Iterator[Problem]:
 @validator
 def objective_window_within_the_run(cfg: DictConfig) -> Iterator[Problem]:
     """A window longer than the run's logged steps reduces fewer values than asked. The
-    run logs every logging.every_steps-th step and always its last one."""
-    steps, every = cfg.trainer.max_steps, cfg.logging.every_steps
+    run logs every logging.every_steps-th step and always its last one. A run sized by
+    the data is checked by the world pre-flight on its count."""
+    steps = known_steps(cfg)
+    if steps is not None:
+        yield from logged_steps_problems(cfg, steps)
+
+
+def logged_steps_problems(cfg: DictConfig, steps: int) -> Iterator[Problem]:
+    """A logging interval or objective window longer than the run's ``steps`` logs."""
+    every = cfg.logging.every_steps
     logged = steps // every + (1 if steps % every else 0)
     window = cfg.objective.window
     if every > steps:
         yield _warning(
             "logging.every_steps",
             every,
-            f"is longer than the run (trainer.max_steps={steps}): only the last step is "
+            f"is longer than the run ({steps_named(cfg, steps)}): only the last step is "
             "logged (metrics.jsonl holds one line, the plot one point).",
             fix({"logging.every_steps": max(1, steps // 10)}),
         )
@@ -739,8 +781,8 @@ def objective_window_within_the_run(cfg: DictConfig) -> Iterator[Problem]:
         yield _warning(
             "objective.window",
             window,
-            f"is longer than the {logged} step(s) the run logs (trainer.max_steps="
-            f"{steps}, logging.every_steps={every}, and the last step): the objective "
+            f"is longer than the {logged} step(s) the run logs ({steps_named(cfg, steps)}, "
+            f"logging.every_steps={every}, and the last step): the objective "
             "reduces all of them.",
             fix({"objective.window": logged}),
         )

@@ -144,6 +144,10 @@ class PackedBatch:
     #: True at the slots predicting a completion token, trained or masked (None: the
     #: trained slots are exactly those, as before multi-turn masks).
     completion_slots: torch.Tensor | None = None
+    #: Sequences packed (their ids are 0..completions-1 in ``seq_ids``; a shared prompt's
+    #: id is above): what rl.loss_aggregation=grpo/dr_grpo average over, counting a
+    #: completion with no trained token, as TRL's mean over its batch rows does.
+    completions: int = 0
 
     @property
     def loss_tokens(self) -> float:
@@ -505,6 +509,7 @@ class _Slots:
                 else None
             ),
             completion_slots=torch.tensor(self.completion, dtype=torch.bool).view(shape),
+            completions=len(sequences),
         )
 
 

@@ -557,6 +557,8 @@ class Trainer:
                 denominator,
                 ref,
                 weight,
+                batch.seq_ids,
+                batch.completions,
             )
             stats.update(weight_stats)
             if sampler is not None:

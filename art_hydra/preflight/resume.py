@@ -15,8 +15,10 @@ from omegaconf import DictConfig, OmegaConf
 from art_hydra.config import fields, secrets
 from art_hydra.config.problems import Problem, fix, placeholder
 from art_hydra.config.run_files import HYDRA_RECORD
+from art_hydra.config.run_length import steps_named
 from art_hydra.config.yaml_guard import YamlRefused, load_bounded
 from art_hydra.preflight.common import world_problem
+from art_hydra.preflight.epochs import run_steps
 from art_hydra.runs import run_folder, run_identity
 
 
@@ -81,7 +83,10 @@ def auto_problems(cfg: DictConfig, run_dir: Path) -> list[Problem]:
     """``resume=auto``: a run with a checkpoint is checked as a resume (finished or
     not: a finished run is skipped only if it is the same run); an empty folder, or
     the records of a run that ended before its first checkpoint, start afresh."""
-    verdict, _ = run_folder.auto_verdict(run_dir, cfg.checkpoint.dir, cfg.trainer.max_steps)
+    steps = run_steps(cfg)
+    if steps is None:  # sized by data that cannot be counted: the sizing check says so
+        return []
+    verdict, _ = run_folder.auto_verdict(run_dir, cfg.checkpoint.dir, steps)
     if verdict in (run_folder.RESUME, run_folder.FINISHED):
         # A run that finished without checkpoints (checkpoint.every_steps=0, as sweeps
         # often set) is skipped if it is the same run; nothing needs loading.
@@ -255,15 +260,15 @@ def _fewer_steps_problems(cfg: DictConfig, run_dir: Path, intact: Path | None) -
     if saved is None:
         status, steps = run_folder.result_status(run_dir)
         saved = steps if status == "done" else None
-    wanted = cfg.trainer.max_steps
-    if saved is None or saved <= wanted:
+    wanted = run_steps(cfg)
+    if saved is None or wanted is None or saved <= wanted:
         return []
     return [
         world_problem(
             "trainer.max_steps",
             wanted,
             f"the run in {run_dir} has already trained {saved} steps, more than "
-            f"trainer.max_steps={wanted}: a resume continues a run and cannot undo steps.",
+            f"{steps_named(cfg, wanted)}: a resume continues a run and cannot undo steps.",
             fix(
                 {"trainer.max_steps": saved},
                 "keep the run as it is; a larger count trains it further",

@@ -22,6 +22,7 @@ from art_hydra.config.trust import by_hand
 from art_hydra.preflight.common import world_problem
 from art_hydra.preflight.devices import backend_problems
 from art_hydra.preflight.environments import environment_problems as agent_problems
+from art_hydra.preflight.epochs import settle_steps, sizing_problems
 from art_hydra.preflight.evaluation import evaluation_problems
 from art_hydra.preflight.folders import for_sweep, run_folder_problems
 from art_hydra.preflight.model import model_problems
@@ -59,8 +60,12 @@ def world_problems(
     None: as Hydra says in a job, else no).
     """
     found = environment_problems(cfg, devices_here, failed)
+    # The data is counted now: a run sized by trainer.num_train_epochs gets its steps
+    # here, once, before the run folder's checks compare them with a resume's.
+    found += sizing_problems(cfg, failed)
+    settle_steps(cfg, failed)
     if run_dir is not None:
-        found += folder_problems(cfg, run_dir, sweep)
+        found += _folder_verdict(cfg, run_dir, sweep)
     return strictly(cfg, found)
 
 
@@ -164,10 +169,22 @@ def _unreadable(exc: OmegaConfBaseException) -> Problem:
 
 
 def folder_problems(
-    cfg: DictConfig, run_dir: str | Path, sweep: bool | None = None
+    cfg: DictConfig,
+    run_dir: str | Path,
+    sweep: bool | None = None,
+    failed: frozenset[str] = frozenset(),
 ) -> list[Problem]:
     """The run folder's verdict; a folder that cannot be looked into is named, no traceback.
-    A sweep's job folders are chosen by ``hydra.sweep.dir`` (``hydra.run.dir`` is ignored)."""
+    A sweep's job folders are chosen by ``hydra.sweep.dir`` (``hydra.run.dir`` is ignored).
+    A run sized by ``trainer.num_train_epochs`` (its steps not written into ``cfg``, which a
+    sweep's points share) is sized here too, for the resume checks and the report (not
+    where a key sizing reads is among the ``failed`` ones)."""
+    return sizing_problems(cfg, failed) + _folder_verdict(cfg, run_dir, sweep)
+
+
+def _folder_verdict(
+    cfg: DictConfig, run_dir: str | Path, sweep: bool | None = None
+) -> list[Problem]:
     try:
         folder = run_folder_problems(cfg, Path(run_dir))
     except OmegaConfBaseException as exc:  # a value no check could read (``???``)

@@ -2,12 +2,23 @@
 writes ``multirun.yaml`` or launches a job: two sweeps in one folder would share job
 folders and mislabel each other's results, so a folder holding another sweep (or
 entries of no sweep) is refused, and the same sweep again continues only under
-``resume=auto`` or ``resume=true``.
+``resume=auto`` or ``resume=true``. The sweep's process then holds the folder's lock
+(``.sweep.lock``) until it exits: a second sweep started into the same folder while the
+first runs (same overrides or not, even in the same second) is refused before any job,
+instead of each skipping the other's jobs as finished or busy.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import fcntl
+import json
+import logging
 import os
+import socket
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +30,8 @@ from art_hydra.preflight.common import world_problem
 from art_hydra.preflight.folders import creation_refusal, shown
 from art_hydra.runs import run_folder
 from art_hydra.safe_paths import path_refusal
+
+log = logging.getLogger(__name__)
 
 #: Overrides that do not make a sweep another sweep: the switches of one invocation,
 #: the folders (a sweep continued names its folder by hand), and how the same points
@@ -93,16 +106,175 @@ def sweep_folder_problems(
     same sweep again is accepted with ``resume=auto`` (finished points skipped, stopped
     ones resumed, the rest started) or ``resume=true`` (every point must resume); with
     ``resume=false`` it is refused once its jobs have started, naming ``resume=auto``.
-    ``resume_mode`` defaults to the master's ``resume``."""
+    ``resume_mode`` defaults to the master's ``resume``. A folder another live sweep
+    holds is refused whatever it holds. Reads only: the sweeper then holds the folder
+    with :func:`claim_sweep_folder`."""
     folder = Path(sweep_dir)
     value = str(sweep_dir)
     names, problems = _sweep_folder_entries(folder, value)
-    if problems or not names:
-        return problems
-    problems = _another_sweep_problems(folder, value, names, master_cfg)
-    if problems:
-        return problems
-    return _sweep_restart_problems(folder, value, names, master_cfg, resume_mode)
+    if not problems and names:
+        problems = _busy_problems(folder, value)
+    if not problems and names:
+        problems = _another_sweep_problems(folder, value, names, master_cfg)
+    if not problems and names:
+        problems = _sweep_restart_problems(folder, value, names, master_cfg, resume_mode)
+    return problems
+
+
+#: The sweep folders this process holds (path -> lock descriptor), until it exits.
+_HELD: dict[str, int] = {}
+
+
+def claim_sweep_folder(folder: Path, value: str) -> list[Problem]:
+    """Hold ``folder``'s sweep lock for the rest of this process (the sweep's parent),
+    or why not: another live sweep holds it. The kernel releases ``flock`` when its
+    holder dies, so a sweep killed outright never blocks its own ``resume=auto``. The
+    folder (and its missing parents) is created here; if the sweep launches nothing,
+    they are removed again when the process exits."""
+    key = str(folder.resolve())
+    if key in _HELD:
+        return []
+    created = _missing_parents(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = run_folder.open_record(folder / run_files.SWEEP_LOCK, os.O_RDWR | os.O_CREAT)
+    except OSError as exc:
+        return [_sweep_folder(value, f"cannot hold its sweep lock: {exc}.", _NEW_SWEEP)]
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(fd)
+        os.close(fd)
+        return [_busy_problem(value, holder)]
+    except OSError as exc:  # a filesystem without flock (Lustre without -o flock, ...)
+        os.close(fd)
+        log.warning(
+            "%s: the sweep folder cannot be locked (%s); a second sweep started into it "
+            "while this one runs would not be refused",
+            value,
+            exc,
+        )
+        return []
+    if _unlinked(folder / run_files.SWEEP_LOCK, fd):  # its holder removed it as it ended
+        os.close(fd)
+        return claim_sweep_folder(folder, value)
+    os.ftruncate(fd, 0)
+    owner = {"pid": os.getpid(), "host": socket.gethostname(), "started": _now()}
+    os.write(fd, json.dumps({**owner, "command": _command()}).encode())
+    _HELD[key] = fd
+    _CREATED[key] = created
+    atexit.register(release_sweep_folder, folder)
+    return []
+
+
+#: The folders (and parents) each held sweep folder's claim created.
+_CREATED: dict[str, list[Path]] = {}
+
+
+def release_sweep_folder(folder: Path) -> None:
+    """Let the sweep folder go when its sweep ends (or is refused), so a later sweep in
+    this same process (a notebook, a test) or another one may use it; at exit for a
+    sweep that never got there. A second call does nothing."""
+    key = str(folder.resolve())
+    fd = _HELD.pop(key, None)
+    if fd is not None:
+        _release(folder, fd, _CREATED.pop(key, []))
+
+
+def _busy_problems(folder: Path, value: str) -> list[Problem]:
+    """A folder another live sweep holds (checked first, whatever it holds: its
+    ``resume=auto`` would be refused as well while that sweep runs)."""
+    path = folder / run_files.SWEEP_LOCK
+    if str(folder.resolve()) in _HELD or run_folder.entry_kind(path) != "file":
+        return []
+    try:
+        fd = run_folder.open_record(path, os.O_RDONLY)
+    except OSError:
+        return []
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return [_busy_problem(value, _holder(fd))]
+    except OSError:  # no flock on this filesystem: nothing tells a live holder
+        return []
+    finally:
+        os.close(fd)
+    return []
+
+
+def _unlinked(path: Path, fd: int) -> bool:
+    """Whether the lock file held is no longer the one at ``path`` (two holders of two
+    files would both think they hold the folder)."""
+    try:
+        return os.stat(path, follow_symlinks=False).st_ino != os.fstat(fd).st_ino
+    except OSError:
+        return True
+
+
+def _busy_problem(value: str, holder: dict[str, Any]) -> Problem:
+    """The refusal of a second sweep into a folder a live sweep holds."""
+    who = run_folder.describe_holder(holder)
+    command = holder.get("command")
+    running = f" running `{command}`" if isinstance(command, str) and command else ""
+    return _sweep_folder(
+        value,
+        f"is in use by another sweep ({who}{running}): two sweeps in one folder would "
+        "share its job folders, each skipping the other's jobs and reporting them as "
+        "its own.",
+        fix(
+            {"hydra.sweep.dir": placeholder("a new folder")},
+            "a sweep of its own; or, to continue that same sweep, wait until it has "
+            "ended and run its command again with resume=auto",
+        ),
+    )
+
+
+def _holder(fd: int) -> dict[str, Any]:
+    """What the lock's holder wrote about itself (pid, host, started, command)."""
+    from art_hydra import safe_json
+
+    try:
+        holder = safe_json.loads(os.pread(fd, 8192, 0).decode(errors="replace") or "{}")
+    except (OSError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _command() -> str:
+    """This process's command line, as the refusal of a second sweep quotes it."""
+    import shlex
+
+    words = [os.path.basename(sys.argv[0]) if sys.argv else "art-hydra", *sys.argv[1:]]
+    text = " ".join(shlex.quote(w) for w in words)
+    return text if len(text) <= 2000 else text[:1997] + "..."
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _missing_parents(folder: Path) -> list[Path]:
+    """``folder`` and its ancestors that do not exist yet, innermost first."""
+    missing = []
+    for path in [folder, *folder.parents]:
+        if os.path.lexists(path):
+            break
+        missing.append(path)
+    return missing
+
+
+def _release(folder: Path, fd: int, created: list[Path]) -> None:
+    """At exit: a sweep that launched nothing (its folder holds only the lock) leaves
+    no folder behind; otherwise the lock file stays (unlinking it could split a later
+    lock) and the kernel releases the lock."""
+    with contextlib.suppress(OSError):
+        if os.listdir(folder) == [run_files.SWEEP_LOCK] and folder in created:
+            os.unlink(folder / run_files.SWEEP_LOCK)
+            for path in created:
+                with contextlib.suppress(OSError):
+                    path.rmdir()  # only while empty
+    with contextlib.suppress(OSError):
+        os.close(fd)
 
 
 def _sweep_folder_entries(folder: Path, value: str) -> tuple[list[str], list[Problem]]:
@@ -121,8 +293,8 @@ def _sweep_folder_entries(folder: Path, value: str) -> tuple[list[str], list[Pro
         what = "is not a folder" if kind != "folder" else "is the root or home directory"
         reason = f"{what}: a sweep writes its jobs' folders there."
         return [], [_sweep_folder(value, reason, _NEW_SWEEP)]
-    try:
-        return sorted(os.listdir(folder)), []
+    try:  # the sweep lock is no entry of a sweep: a refused sweep may leave it
+        return sorted(n for n in os.listdir(folder) if n != run_files.SWEEP_LOCK), []
     except OSError as exc:
         return [], [_sweep_folder(value, f"cannot be read: {exc.strerror or exc}.", _NEW_SWEEP)]
 

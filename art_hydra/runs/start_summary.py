@@ -12,6 +12,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from art_hydra.config.run_length import (
+    consumption,
+    epochs_of,
+    steps_for_epochs,
+)
 from art_hydra.config.secrets import scrub
 
 if TYPE_CHECKING:
@@ -58,17 +63,33 @@ def data_line(task: Any) -> str:
     return f"data: task {task.name}, {len(examples):,} examples, {prompts:,} distinct prompts"
 
 
-def batch_line(cfg: RunConfig, ranks: int) -> str:
-    """What one optimizer step takes, and how many steps the run has."""
+def steps_text(cfg: RunConfig, examples: int | None) -> str:
+    """The run's steps; with ``trainer.num_train_epochs`` set, also the passes over the
+    ``examples`` training examples they make (``300 steps = 2 epochs of 2,400 prompts``)."""
+    steps = int(cfg.trainer.max_steps or 0)  # settled before the run starts
+    if cfg.trainer.num_train_epochs is None or not examples:
+        return f"{steps} steps"
+    unit = consumption(cfg).unit
+    shown = f"{steps} steps = {epochs_of(cfg, steps, examples):.4g} epochs of {examples:,} {unit}"
+    asked = steps_for_epochs(cfg, examples)
+    if asked is not None and asked != steps:  # a set trainer.max_steps won over the epochs
+        epochs = f"{cfg.trainer.num_train_epochs:g}"
+        shown += f" (trainer.max_steps won; trainer.num_train_epochs={epochs} is {asked} steps)"
+    return shown
+
+
+def batch_line(cfg: RunConfig, ranks: int, examples: int | None = None) -> str:
+    """What one optimizer step takes, and how many steps the run has (``examples``: the
+    training examples, for the epochs they make when the run counts in epochs)."""
     per_device = int(cfg.trainer.per_device_train_batch_size)
-    steps = int(cfg.trainer.max_steps)
+    steps = steps_text(cfg, examples)
     where = f" on each of {ranks} ranks" if ranks > 1 else ""
     if _name(cfg.algorithm.name) == "sft":
         accumulation = int(cfg.trainer.gradient_accumulation_steps)
         return (
             f"batch: SFT, {per_device} rows per micro-batch x {accumulation} accumulation "
             f"step(s) = {per_device * accumulation} rows per optimizer step{where}; "
-            f"{steps} steps"
+            f"{steps}"
         )
     n = int(cfg.rl.num_generations)
     groups = per_device // n
@@ -80,7 +101,7 @@ def batch_line(cfg: RunConfig, ranks: int) -> str:
         )
     return (
         f"batch: RL, {per_device} completions per optimizer step ({groups} prompt group(s) "
-        f"x {n} completions){where}{more}; {steps} steps"
+        f"x {n} completions){where}{more}; {steps}"
     )
 
 
@@ -104,7 +125,7 @@ def summary_lines(
         model_line(parameters, loaded.model),
         device_line(cfg, loaded, threads),
         data_line(task),
-        batch_line(cfg, ranks),
+        batch_line(cfg, ranks, len(getattr(task, "examples", []) or [])),
         layout_line(loaded),
     ]
 

@@ -45,6 +45,7 @@ from art_hydra.sweeps.reports import (
     refuse_a_used_sweep_folder,
 )
 from art_hydra.sweeps.search_space import Refused, check_search_space, worst_value
+from art_hydra.sweeps.sweeper_space import is_optuna, refuse_keys_given_twice
 
 log = moved.logger(__name__)  # the name it logged under before the move
 
@@ -67,11 +68,21 @@ class CheckedLaunches:
         #: Points refused and jobs launched, over the whole sweep.
         self.refused = 0
         self.launched = 0
+        #: Optuna trials refused before launch and replaced: (trial number, point, problems).
+        self.refused_trials: list[tuple[int, list[str], list[Problem]]] = []
+        #: (point, job number) -> its problems, for points checked before their batch.
+        self._checked: dict[tuple[tuple[str, ...], int], list[Problem]] = {}
 
     def setup(self, hydra_context: Any, config: DictConfig) -> None:
         """Before a sweeper that is not art_hydra's starts: its folder and search space."""
         self.config, self.hydra_context = config, hydra_context
         if not checked_by_the_sweeper(config):
+            refuse_keys_given_twice(config)
+            if is_optuna(config):  # its refused trials are replaced, not counted
+                from art_hydra.config.hydra_compat import wrap_optuna_trials
+                from art_hydra.sweeps.optuna_trials import configure_trials
+
+                wrap_optuna_trials(configure_trials)
             refuse_a_used_sweep_folder(config)
             refuse_a_launcher_that_cannot_start(config)
             check_search_space(config, self.checker)
@@ -79,11 +90,28 @@ class CheckedLaunches:
     def finish(self) -> None:
         """After a sweep whose sweeper is not art_hydra's: the summary of its folder, and
         exit status 1 if a launched job failed (refused points are part of a study)."""
-        from art_hydra.sweeps.summary import finish_sweep
-
         if self.config is None or checked_by_the_sweeper(self.config):
             return
+        try:
+            self._report()
+        finally:  # the sweep has ended: its folder may be used again (resume=auto)
+            from art_hydra.preflight.sweep_folder import release_sweep_folder
+
+            release_sweep_folder(Path(str(self.config.hydra.sweep.dir)))
+
+    def _report(self) -> None:
+        """The summary, the refused draws, and the exit status."""
+        from art_hydra.sweeps.summary import finish_sweep
+
+        assert self.config is not None
         sys.stdout.write(finish_sweep(str(self.config.hydra.sweep.dir)).rstrip() + "\n")
+        if self.refused_trials:
+            n_trials = OmegaConf.select(self.config, "hydra.sweeper.n_trials", default="?")
+            sys.stdout.write(
+                f"{len(self.refused_trials)} drawn trial(s) were refused before launch "
+                f"(recorded under {self.config.hydra.sweep.dir}/refused/); they did not count "
+                f"against hydra.sweeper.n_trials={n_trials}: {self.launched} trial(s) launched.\n"
+            )
         fail_if_unfinished(self.outcomes)
         if self.refused and not self.launched:
             fail(
@@ -142,14 +170,31 @@ class CheckedLaunches:
         from art_hydra.config.launch_plan import planned_launch
 
         assert self.config is not None
-        checker = self.checker()
         refused: dict[int, list[Problem]] = {}
         with planned_launch(ranks_per_job(self.config.hydra.launcher)):
             for i, point in enumerate(job_overrides):
-                problems = checker.problems(list(point), initial_job_idx + i)
+                problems = self._problems(list(point), initial_job_idx + i)
                 if errors(problems):
                     refused[initial_job_idx + i] = problems
         return refused
+
+    def _problems(self, point: list[str], num: int) -> list[Problem]:
+        """The point's problems as job ``num`` (checked once: a trial checked before its
+        batch is not checked again at launch)."""
+        key = (tuple(point), num)
+        if key not in self._checked:
+            self._checked[key] = self.checker().problems(point, num)
+        return self._checked[key]
+
+    def trial_problems(self, point: Sequence[str], num: int) -> list[Problem]:
+        """A drawn trial's problems, before its batch is launched, as :meth:`launch` will
+        check it (:mod:`art_hydra.sweeps.optuna_trials`)."""
+        from art_hydra.config.composition import open_mapping_adds
+        from art_hydra.config.launch_plan import planned_launch
+
+        assert self.config is not None
+        with planned_launch(ranks_per_job(self.config.hydra.launcher)):
+            return self._problems(list(open_mapping_adds(list(point))), num)
 
     def _record_the_sweep(self) -> None:
         """``multirun.yaml`` in the sweep folder, as Hydra's basic sweeper writes it (Optuna's

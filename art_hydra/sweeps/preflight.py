@@ -196,11 +196,12 @@ class PointChecker:
             self.run_dirs[job_num] = run_dir
         if not all(isinstance(v, _SCALARS) for v in changed.values()):
             return None
-        with _restoring(typed, list(changed)):
+        # settle may set trainer.max_steps (which key sizes the run): put back with the rest
+        with _restoring(typed, [*changed, *({"trainer.max_steps"} - set(changed))]):
             for key, value in changed.items():
                 parent, leaf = _parent(typed, key)
                 parent[leaf] = _canonical(key, value)
-            if settle(typed, list(changed)):
+            if settle(typed, list(changed), self.hand):
                 return None  # a bound problem resets values: the full way reports it
             found = rule_problems(typed, [])
             failed = {p.key for p in found if p.is_error}
@@ -208,7 +209,7 @@ class PointChecker:
                 sweep = base.composed.hydra.get("mode") == RunMode.MULTIRUN
                 world = [
                     *self._environment(base, typed, changed, frozenset(failed)),
-                    *folder_problems(typed, run_dir, sweep or None),
+                    *folder_problems(typed, run_dir, sweep or None, frozenset(failed)),
                 ]
                 world = strictly(typed, world)
         return found + [p for p in world if p.key not in failed]
@@ -284,7 +285,7 @@ class PointChecker:
             typed, problems = fit(copy.deepcopy(composed), in_place=True)
         with hydra_compat.read_write_open(typed):
             typed.pop(HYDRA_KEY, None)
-        if problems or settle(typed):
+        if problems or settle(typed, hand=self.hand):
             return None  # values reset to defaults: only the full way reports it right
         reads = _reads_run_config(composed.hydra)
         base = _Base(composed, typed, interpolated, chosen, hydra_reads_run=reads)

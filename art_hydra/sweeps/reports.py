@@ -30,11 +30,23 @@ def fail(message: str) -> NoReturn:
 
 
 def refuse_a_used_sweep_folder(config: Any) -> None:
-    """A sweep folder that holds another sweep stops the sweep before anything is written."""
+    """A sweep folder that holds another sweep, or that another live sweep holds, stops
+    the sweep before anything is written. The folder is checked (reading only: a refused
+    path gets no lock file), its lock taken, and checked again while held, so a sweep
+    ending between the first check and the claim cannot hand its folder to another; a
+    sweep refused then lets the folder go at once."""
     from art_hydra.config.problems import format_report
     from art_hydra.preflight import sweep_folder_problems
+    from art_hydra.preflight.sweep_folder import claim_sweep_folder, release_sweep_folder
 
-    found = sweep_folder_problems(Path(config.hydra.sweep.dir), config)
+    folder = Path(config.hydra.sweep.dir)
+    found = sweep_folder_problems(folder, config)
+    if not errors(found) and not config.get("dry_run", False):  # held until the sweep ends
+        found = claim_sweep_folder(folder, str(config.hydra.sweep.dir))
+        if not errors(found):
+            found = sweep_folder_problems(folder, config)
+            if errors(found):
+                release_sweep_folder(folder)
     if errors(found):
         fail(format_report(found, "The sweep cannot launch here:", "No job was launched."))
 

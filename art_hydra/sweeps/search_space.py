@@ -3,7 +3,9 @@ way it searches.
 
 Such a sweeper cannot be checked point by point up front, so before its study starts
 the fixed overrides must run, and so must some combination of the finite dimensions
-(an interval is tried at both ends). A point it draws later that cannot run is refused,
+(an interval is tried at both ends, a long range at a sample of its values). Only where
+every value of every dimension was checked does "no combination can run" stop the study:
+a sample that cannot run is a warning. A point it draws later that cannot run is refused,
 and the sweeper is told the worst value for its direction (:class:`Refused`), so the
 study learns to avoid that region instead of stopping.
 """
@@ -24,11 +26,15 @@ from art_hydra.config.hydra_compat import raw_list
 from art_hydra.config.problems import Problem, Severity, errors, fix, format_report
 from art_hydra.sweeps.points import ranks_per_job
 from art_hydra.sweeps.reports import fail, sweep_report
+from art_hydra.sweeps.sweeper_space import (
+    MAX_COMBINATIONS,
+    Sampled,
+    is_optuna,
+    optuna_space,
+    sample,
+)
 
 log = moved.logger(__name__)  # the name it logged under before the move
-
-#: The most combinations of the finite dimensions checked before a study starts.
-MAX_COMBINATIONS = 10_000
 
 
 class Refused(float):
@@ -73,6 +79,7 @@ def check_search_space(config: DictConfig, checker: Callable[[], Any]) -> None:
     if wrong_way:
         sys.stderr.write(format_report(wrong_way) + "\n")
     fixed, dims = search_space(config)
+    dims = fitted(dims)
     combos = combinations(dims)
     if combos is None:
         log.warning(
@@ -88,8 +95,16 @@ def check_search_space(config: DictConfig, checker: Callable[[], Any]) -> None:
     if not invalid:
         return
     report = sweep_report(invalid, len(points), "combination", " of the search space")
-    if len(invalid) == len(points):
+    sampled = [key for key, values in dims if isinstance(values, Sampled)]
+    if len(invalid) == len(points) and not sampled:
         fail(f"{report}\nNo combination of the search space can run; the study was not started.")
+    if len(invalid) == len(points):
+        log.warning(
+            f"{report}\nNone of the checked combinations can run, but {', '.join(sampled)} "
+            "was checked at a sample of its values, not every one: the study starts, and "
+            "each drawn trial that cannot run is refused before launch, never run."
+        )
+        return
     log.warning(
         f"{report}\nThe sweeper may still draw these: such trials are refused before "
         "launch (the sweeper is given the worst value), never run."
@@ -173,7 +188,10 @@ def _objective(config: DictConfig) -> Any:
 def search_space(config: DictConfig) -> tuple[list[str], list[tuple[str, list[str]]]]:
     """``(fixed overrides, [(key, values to try)])`` of a sweep: the command line's task
     overrides and the sweeper's ``params``; a finite dimension gives its values, an
-    interval its two ends."""
+    interval its two ends. Optuna's study is read by Optuna's own parser
+    (:func:`~art_hydra.sweeps.sweeper_space.optuna_space`)."""
+    if is_optuna(config):
+        return optuna_space(config)
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import IntervalSweep
 
@@ -195,11 +213,25 @@ def search_space(config: DictConfig) -> tuple[list[str], list[tuple[str, list[st
                 getattr(sweep, "tags", "")
             ):
                 low, high = int(low), int(high)
-            dims[key] = [f"{key}={low}", f"{key}={high}"]
+            dims[key] = Sampled([f"{key}={low}", f"{key}={high}"])
         else:
             dims[key] = [f"{key}={v}" for v in override.sweep_string_iterator()]
     fixed = [f for f in fixed if f.split("=", 1)[0].lstrip("+~") not in dims]
     return fixed, list(dims.items())
+
+
+def fitted(dims: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+    """The dimensions, the longest ones cut to a :class:`Sampled` few (both ends kept)
+    until their combinations fit :data:`MAX_COMBINATIONS` (or each has two values left)."""
+    dims = list(dims)
+    while math.prod(max(len(v), 1) for _, v in dims) > MAX_COMBINATIONS:
+        i = max(range(len(dims)), key=lambda j: len(dims[j][1]))
+        key, values = dims[i]
+        if len(values) <= 2:
+            break
+        others = math.prod(max(len(v), 1) for j, (_, v) in enumerate(dims) if j != i)
+        dims[i] = (key, sample(values, min(len(values) - 1, max(2, MAX_COMBINATIONS // others))))
+    return dims
 
 
 def combinations(dims: list[tuple[str, list[str]]]) -> list[list[str]] | None:

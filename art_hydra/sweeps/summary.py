@@ -3,11 +3,14 @@
 Every job of a sweep leaves ``result.json`` in its folder (:mod:`art_hydra.engine.result`);
 :func:`summarize` reads them all (and the sweep's ``multirun.yaml``, for how many
 points were planned), ranks the finished jobs by their objective (in the direction
-their record names) and :func:`finish_sweep` writes ``summary.csv`` and
-``summary.md`` into the sweep folder, atomically. ``art-hydra summarize SWEEP_DIR``
-does the same from the command line, for any sweep folder, finished or not: a job
-whose record still says ``running`` while nobody holds its folder's lock was killed
-(SIGKILL, the OOM killer, a lost node).
+their record names) and :func:`finish_sweep` writes ``summary.csv`` (a column per
+swept key and per final metric, :mod:`art_hydra.sweeps.summary_table`),
+``summary_grouped.csv`` (the points over seeds), ``summary.md`` and ``summary.png``
+(:mod:`art_hydra.sweeps.summary_plot`) into the sweep folder, atomically: a person
+compares points by these, not by one job's line. ``art-hydra summarize SWEEP_DIR``
+does the same from the command line, for any sweep folder, finished or not (or each
+sweep folder below a parent, apart): a job whose record still says ``running`` while
+nobody holds its folder's lock was killed (SIGKILL, the OOM killer, a lost node).
 
 Plain Python (no torch): it runs in the sweep's parent process and from the command
 line in a fraction of a second.
@@ -21,6 +24,7 @@ import io
 import math
 import os
 import re
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +32,7 @@ from typing import Any
 
 from art_hydra import safe_json
 from art_hydra.config import run_files
-from art_hydra.config.objective import STEP_METRICS
+from art_hydra.sweeps import summary_table as table
 
 #: What a job folder's state is read as (result.json's status, or what its absence says).
 KILLED = "killed"
@@ -42,7 +46,17 @@ TOP = 5
 #: Metrics shown beside the objective, when logged.
 KEY_METRICS = ("reward_mean", "loss")
 #: Folders of a job's own record, never job folders themselves.
-_NOT_JOBS = frozenset({run_files.TENSORBOARD, run_files.HYDRA_RECORD, ".submitit", "checkpoints"})
+_NOT_JOBS = frozenset(
+    {run_files.TENSORBOARD, run_files.TRACKERS, run_files.HYDRA_RECORD, ".submitit", "checkpoints"}
+)
+#: Where a study records the trials it refused without a job folder
+#: (``<sweep>/refused/<k>/result.json``): refused points, not jobs.
+REFUSED_DIR = "refused"
+#: How deep below a parent folder sweep folders are looked for
+#: (``outputs/multirun/<date>/<time>`` is 3).
+MAX_SWEEP_DEPTH = 4
+#: Sweep folders summarised below one parent folder.
+MAX_SWEEPS = 1_000
 
 
 @dataclass
@@ -65,9 +79,22 @@ class Job:
     rank: int | None = None
     #: Its objective is another metric or direction than the one the sweep is ranked by.
     other_objective: bool = False
+    #: Its overrides as Hydra parses their values (``key -> int | float | bool | str``).
+    params: dict[str, Any] = field(default_factory=dict)
+    #: Every metric's last logged value (result.json's ``final``, ``eval/*`` from
+    #: metrics.jsonl when logged earlier).
+    metrics: dict[str, float] = field(default_factory=dict)
+    #: ``(step, value)`` of the curve the plot draws (the ranked metric).
+    curve: list[tuple[int, float | None]] = field(default_factory=list)
+    #: Its swept values, seed included, as the plot and tables name the job.
+    point_label: str = ""
+    #: A name instead of ``#<num>`` (``refused/<k>``: a refused trial without a job).
+    name: str | None = None
 
     @property
     def label(self) -> str:
+        if self.name is not None:
+            return self.name
         return f"#{self.job_num}" if self.job_num is not None else self.folder.name
 
     @property
@@ -91,6 +118,14 @@ class Summary:
     unranked: list[Job] = field(default_factory=list)
     #: What of the sweep's records was not read, and why (a record refused, a cap met).
     notes: list[str] = field(default_factory=list)
+    #: Trials a study refused without giving them a job folder (``refused/<k>``).
+    refused_points: list[Job] = field(default_factory=list)
+    #: The keys that tell its points apart, in command-line order.
+    swept: list[str] = field(default_factory=list)
+    #: The ranked jobs grouped by their swept values without the seed, best mean first.
+    points: list[table.Point] = field(default_factory=list)
+    #: The sweep's ``--config-name``/``--config-dir``, which its rerun command repeats.
+    config_args: list[str] = field(default_factory=list)
 
     def unranked_line(self) -> str | None:
         """Jobs whose objective cannot be compared with the ranking's (RL and SFT jobs
@@ -111,7 +146,8 @@ class Summary:
 
     @property
     def never_started(self) -> int:
-        """Planned points with no folder at all (a sweep stopped early)."""
+        """Planned points with no folder at all (a sweep stopped early); a study's
+        refused trials without a folder are not among them."""
         return max(0, self.planned - len(self.jobs)) if self.planned is not None else 0
 
     @property
@@ -129,10 +165,13 @@ class Summary:
         reasons = "; ".join(f"{', '.join(labels)}: {why}" for why, labels in shown[:5])
         if len(shown) > 5:
             reasons += f"; and {len(shown) - 5} more reasons"
+        refused = self.count("refused") + len(self.refused_points)
+        trials = len(self.refused_points)
         parts = [
             f"{self.count('done')} done",
             f"{len(failed)} failed" + (f" ({reasons})" if failed else ""),
-            f"{self.count('refused')} refused",
+            f"{refused} refused"
+            + (f" ({trials} trial(s) without a job, in {REFUSED_DIR}/)" if trials else ""),
         ]
         interrupted = self.count("interrupted")
         if interrupted:
@@ -141,6 +180,18 @@ class Summary:
         lost = self.count(KILLED, NO_RECORD) + self.never_started
         parts.append(f"{lost} killed or never finished")
         return " / ".join(parts)
+
+    def best_line(self) -> str | None:
+        """``Best: #N (metric = value) in FOLDER: art-hydra OVERRIDES``, each override
+        shell-quoted: the command after the colon, pasted into bash, runs that job again
+        (``{_target_:...,weight:1.0}`` is not brace-expanded)."""
+        best = self.best
+        if best is None:
+            return None
+        return (
+            f"Best: {best.label} ({best.metric} = {_num(best.objective)}) in {best.folder}: "
+            f"{rerun_command(best.overrides, self.config_args)}"
+        )
 
     def text(self, top: int = TOP) -> str:
         """What a person reads at the end of a sweep: the top points and the counts."""
@@ -154,6 +205,9 @@ class Summary:
             lines += _table(ranked[:top], markdown=False)
         else:
             lines.append("No finished job has an objective yet.")
+        if any(len(p.jobs) > 1 for p in self.points):
+            lines.append(f"Points over seeds (mean ± std, n); top {min(top, len(self.points))}:")
+            lines += _points_table(self.points[:top], self._grouped_metrics(), markdown=False)
         lines.append(self.counts_line())
         if self.unranked_line():
             lines.append(self.unranked_line())
@@ -163,18 +217,23 @@ class Summary:
                 f"Done without an objective (no logged value of its metric): {', '.join(unscored)}"
             )
         lines += [f"Note: {note}" for note in self.notes]
-        best = self.best
-        if best is not None:
-            lines.append(
-                f"Best: {best.label} {' '.join(best.overrides) or '(no overrides)'} "
-                f"({best.metric} = {_num(best.objective)}) in {best.folder}"
-            )
+        best_line = self.best_line()
+        if best_line is not None:
+            lines.append(best_line)
         return "\n".join(lines)
 
+    def _grouped_metrics(self) -> list[str]:
+        return table.grouped_metrics([j for j in self.jobs if j.ranked])
+
+    def metric_names(self) -> list[str]:
+        return table.metric_order({m for j in self.jobs for m in j.metrics})
+
     def csv_text(self) -> str:
+        """Every job (and refused trial): its swept values as columns, every final
+        metric, its status and folder."""
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        metrics = [m for m in STEP_METRICS if any(m in j.final for j in self.jobs)]
+        metrics = self.metric_names()
         writer.writerow(
             [
                 "rank",
@@ -183,36 +242,65 @@ class Summary:
                 "objective",
                 "metric",
                 "direction",
+                *self.swept,
+                *(f"final.{m}" for m in metrics),
                 "steps",
                 "max_steps",
                 "wall_time_s",
                 "overrides",
                 "reason",
                 "folder",
-                *(f"final.{m}" for m in metrics),
             ]
         )
-        for j in self.jobs:
+        for j in [*self.jobs, *self.refused_points]:
             writer.writerow(
                 [
                     j.rank or "",
-                    "" if j.job_num is None else j.job_num,
+                    j.label if j.name else ("" if j.job_num is None else j.job_num),
                     j.status,
                     "" if j.objective is None else repr(j.objective),
                     j.metric or "",
                     j.direction or "",
+                    *(table.cell(j.params.get(k)) for k in self.swept),
+                    *(_cell_value(j.metrics.get(m)) for m in metrics),
                     "" if j.steps is None else j.steps,
                     "" if j.max_steps is None else j.max_steps,
                     "" if j.wall_time_s is None else j.wall_time_s,
                     " ".join(j.overrides),
                     j.reason or "",
                     str(j.folder),
-                    *(_cell_value(j.final.get(m)) for m in metrics),
                 ]
             )
         return out.getvalue()
 
-    def markdown(self) -> str:
+    def grouped_csv_text(self) -> str:
+        """One row per point (swept values, seed aside): n, the seeds, and mean and std
+        of the objective and the main metrics over its jobs."""
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        keys = [k for k in self.swept if k != table.SEED_KEY]
+        names = ["objective", *self._grouped_metrics()]
+        writer.writerow(
+            [*keys, "n", "seeds", *(f"{n}_{s}" for n in names for s in ("mean", "std"))]
+        )
+        for point in self.points:
+            stats = [point.stats(n) for n in names]
+            seeds = " ".join(
+                sorted(str(table.cell(j.params.get(table.SEED_KEY))) for j in point.jobs)
+            )
+            writer.writerow(
+                [
+                    *(table.cell(point.values.get(k)) for k in keys),
+                    len(point.jobs),
+                    seeds,
+                    *(_cell_value(v) for mean, std, _ in stats for v in (mean, std)),
+                ]
+            )
+        return out.getvalue()
+
+    def markdown(self, plot: str | None = None) -> str:
+        """summary.md: the counts, the best job and its command, the points over
+        seeds, every job, the plot (``plot``: its file name) and why jobs stopped."""
         lines = [f"# Sweep summary: {self.sweep_dir}", "", self.counts_line(), ""]
         lines += [f"Note: {_md(note)}\n" for note in self.notes]
         if self.unranked_line():
@@ -220,17 +308,97 @@ class Summary:
         best = self.best
         if best is not None:
             lines += [
-                f"**Best:** {best.label} `{' '.join(best.overrides)}`: "
-                f"{best.metric} = {_num(best.objective)} ({best.direction})",
+                f"**Best:** {best.label}: {best.metric} = {_num(best.objective)} "
+                f"({best.direction}), in `{best.folder}`. Run it again:",
+                "",
+                "```bash",
+                rerun_command(best.overrides, self.config_args),
+                "```",
                 "",
             ]
-        lines += _table(self.jobs, markdown=True)
-        troubled = [j for j in self.jobs if j.reason and j.status != "done"]
+        if self.points:
+            lines += ["## Points (aggregated over seeds: mean ± std, n)", ""]
+            lines += _points_table(self.points, self._grouped_metrics(), markdown=True)
+            lines.append("")
+        lines += ["## Jobs", ""]
+        lines += _jobs_md(self)
+        if plot:
+            lines += ["", f"![objective per point and reward curves of the top jobs]({plot})"]
+        troubled = [
+            j for j in [*self.jobs, *self.refused_points] if j.reason and j.status != "done"
+        ]
         if troubled:
             lines += ["", "## Why jobs did not finish", ""]
             for j in troubled:
                 lines.append(f"- {j.label} ({j.status}): {_md(_first_line(j.reason, 300))}")
         return "\n".join(lines) + "\n"
+
+
+def rerun_command(overrides: list[str], config_args: list[str] | None = None) -> str:
+    """``art-hydra``, the sweep's config choice (``--config-name``, ``--config-dir``) and
+    the job's overrides, each shell-quoted: pasted into bash it runs that one job again
+    (Hydra parses each word as the job got it); ``resume``/``dry_run``, which said how
+    the sweep's job started, left out (the job runs afresh)."""
+    kept = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] not in table.NOT_A_POINT]
+    words = [*(config_args or []), *kept]
+    return " ".join(["art-hydra", *(shlex.quote(o) for o in words)])
+
+
+def config_args(multirun: Any) -> list[str]:
+    """The sweep's primary config and added config folder as command-line options (a
+    sweep of ``--config-name my_exp`` reruns with it, not the default config)."""
+    from omegaconf import OmegaConf
+
+    if multirun is None:
+        return []
+    args: list[str] = []
+    name = OmegaConf.select(multirun, "hydra.job.config_name", default=None)
+    if isinstance(name, str) and name and name != "config":
+        args += ["--config-name", name]
+    sources = OmegaConf.select(multirun, "hydra.runtime.config_sources", default=None) or []
+    for source in sources:
+        if not hasattr(source, "get") or source.get("provider") != "command-line":
+            continue
+        if source.get("schema") == "file" and isinstance(source.get("path"), str):
+            args += ["--config-dir", source.get("path")]
+    return args
+
+
+def _stat_cell(stats: tuple[float | None, float | None, int]) -> str:
+    mean, std, _ = stats
+    if mean is None:
+        return ""
+    return _num(mean) if std is None else f"{_num(mean)} ± {_num(std)}"
+
+
+def _points_table(points: list[table.Point], metrics: list[str], markdown: bool) -> list[str]:
+    """The points over seeds: swept values, n, objective and main metrics (mean ± std)."""
+    header = ["point", "n", "objective", *metrics]
+    rows = [
+        [p.label(), str(len(p.jobs)), *(_stat_cell(p.stats(n)) for n in ["objective", *metrics])]
+        for p in points
+    ]
+    return _render(header, rows, markdown)
+
+
+def _jobs_md(summary: Summary) -> list[str]:
+    """Every job: rank, label, status, objective, its swept values and main metrics."""
+    shown = [m for m in KEY_METRICS if any(m in j.metrics for j in summary.jobs)]
+    evals = [m for m in summary._grouped_metrics() if m.startswith("eval/")]
+    header = ["rank", "job", "status", "objective", *summary.swept, *shown, *evals, "steps"]
+    rows = [
+        [
+            str(j.rank or ""),
+            j.label,
+            j.status,
+            _num(j.objective),
+            *(str(table.cell(j.params.get(k))) for k in summary.swept),
+            *(_num(j.metrics.get(m)) for m in [*shown, *evals]),
+            f"{_num(j.steps)}/{_num(j.max_steps)}" if j.max_steps else _num(j.steps),
+        ]
+        for j in summary.jobs
+    ]
+    return _render(header, rows, markdown=True)
 
 
 def _num(value: Any) -> str:
@@ -263,7 +431,7 @@ def _varying(jobs: list[Job]) -> set[str]:
 
 
 def _table(jobs: list[Job], markdown: bool) -> list[str]:
-    shown = [m for m in KEY_METRICS if any(m in j.final for j in jobs)]
+    shown = [m for m in KEY_METRICS if any(m in j.metrics for j in jobs)]
     varying = _varying(jobs)
     header = ["rank", "job", "status", "objective", *shown, "steps", "overrides (varying)"]
     rows = [
@@ -272,12 +440,17 @@ def _table(jobs: list[Job], markdown: bool) -> list[str]:
             j.label,
             j.status,
             _num(j.objective),
-            *(_num(j.final.get(m)) for m in shown),
+            *(_num(j.metrics.get(m)) for m in shown),
             f"{_num(j.steps)}/{_num(j.max_steps)}" if j.max_steps else _num(j.steps),
             " ".join(o for o in j.overrides if o in varying),
         ]
         for j in jobs
     ]
+    return _render(header, rows, markdown)
+
+
+def _render(header: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
+    """A table as Markdown, or as aligned text for a terminal."""
     if markdown:
         cells = [[_md(c) for c in row] for row in rows]
         return [
@@ -323,6 +496,8 @@ def job_folders(sweep_dir: Path) -> list[Path]:
         for entry in entries:
             if entry.name.startswith(".") or entry.name in _NOT_JOBS:
                 continue
+            if depth == 0 and entry.name == REFUSED_DIR and not _is_job_folder(Path(entry.path)):
+                continue  # a study's refused trials: points, read by refused_trials
             if len(found) > MAX_JOBS:
                 return  # one past the limit: the summary says it stopped there
             if entry.is_dir(follow_symlinks=False):
@@ -450,14 +625,30 @@ def _planned(sweep_dir: Path) -> tuple[int | None, str | None]:
         cfg = load_bounded(path)
         sweeper = OmegaConf.select(cfg, "hydra.sweeper", default=None)
         trials = OmegaConf.select(sweeper, "n_trials", default=None) if sweeper else None
+        overrides = [
+            str(o) for o in OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or []
+        ]
         if isinstance(trials, int) and not isinstance(trials, bool):
-            return trials, None
-        overrides = OmegaConf.select(cfg, "hydra.overrides.task", default=[]) or []
-        return grid_size([str(o) for o in overrides], path), None
+            return _study_size(sweeper, trials, overrides, path), None
+        return grid_size(overrides, path), None
     except (YamlRefused, SweepTooLarge) as exc:
         return None, f"planned points unknown: {exc}"
     except Exception:  # a torn or foreign record: the count is only left out
         return None, None
+
+
+def _study_size(sweeper: Any, trials: int, overrides: list[str], path: Path) -> int:
+    """A study's trials: ``n_trials``, but no more than its grid where the sampler is
+    Optuna's GridSampler (Hydra's Optuna sweeper caps ``n_trials`` at the grid's size)."""
+    from omegaconf import OmegaConf
+
+    sampler = str(OmegaConf.select(sweeper, "sampler._target_", default="") or "")
+    if not sampler.endswith("GridSampler"):
+        return trials
+    params = OmegaConf.select(sweeper, "params", default=None) or {}
+    space = [f"{key}={value}" for key, value in dict(params).items()]
+    size = grid_size([*space, *overrides], path)
+    return trials if size is None else min(trials, size)
 
 
 def grid_size(overrides: list[str], source: Path | str) -> int | None:
@@ -513,7 +704,8 @@ def _range_size(override: Any, text: str, source: Path | str) -> int:
 
 def summarize(sweep_dir: str | Path) -> Summary:
     """Read every job folder of ``sweep_dir`` and rank the finished ones by their
-    objective (best first, in the direction their records name)."""
+    objective (best first, in the direction their records name); the study's refused
+    trials without a job (``refused/<k>``) are counted apart."""
     root = Path(sweep_dir)
     folders = job_folders(root)
     notes = []
@@ -541,7 +733,67 @@ def summarize(sweep_dir: str | Path) -> Summary:
     unranked = [j for j in rest if j.other_objective]
     planned, why = _planned(root)
     notes += [why] if why else []
-    return Summary(root, [*ranked, *rest], planned, unranked, notes)
+    summary = Summary(root, [*ranked, *rest], planned, unranked, notes, refused_trials(root))
+    _compare(summary, chosen[0] if chosen else None, maximize)
+    return summary
+
+
+def _compare(summary: Summary, metric: str | None, maximize: bool) -> None:
+    """What the tables compare by: each job's parsed swept values, final metrics and
+    curve, and the ranked jobs grouped over seeds."""
+    everyone = [*summary.jobs, *summary.refused_points]
+    for job in everyone:
+        job.params = table.parse_overrides(job.overrides)
+    multirun = _multirun(summary.sweep_dir)
+    summary.swept = table.swept_keys([j.params for j in everyone], table.declared_swept(multirun))
+    summary.config_args = config_args(multirun)
+    curve_key = metric or "reward_mean"
+    for job in summary.jobs:
+        rows = table.read_rows(job.folder) if job.status != "refused" else []
+        job.metrics = table.final_metrics(job.final, rows)
+        job.curve = [(r["step"], _number(r.get(curve_key))) for r in rows]
+        job.point_label = " ".join(
+            f"{k}={table.cell(job.params[k])}" for k in summary.swept if k in job.params
+        )
+    summary.points = table.group_points(
+        [j for j in summary.jobs if j.ranked], summary.swept, maximize
+    )
+
+
+def _multirun(sweep_dir: Path) -> Any:
+    """The sweep's ``multirun.yaml`` (bounded), or None."""
+    from art_hydra.config.yaml_guard import load_bounded
+
+    path = sweep_dir / run_files.SWEEP_FILES[0]
+    if not path.is_file() or path.is_symlink():
+        return None
+    try:
+        return load_bounded(path)
+    except Exception:  # a torn or foreign record: the swept keys come from the jobs
+        return None
+
+
+def refused_trials(sweep_dir: Path) -> list[Job]:
+    """The trials a study refused without a job folder, each recorded as
+    ``<sweep>/refused/<k>/result.json`` (the record a refused point's folder holds)."""
+    root = sweep_dir / REFUSED_DIR
+    if root.is_symlink() or not root.is_dir():
+        return []
+    try:
+        names = sorted(
+            os.listdir(root), key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n)
+        )
+    except OSError:
+        return []
+    found = []
+    for name in names[:MAX_JOBS]:
+        folder = root / name
+        if name.startswith(".") or folder.is_symlink() or not folder.is_dir():
+            continue
+        job = read_job(folder)
+        job.name = f"{REFUSED_DIR}/{name}"
+        found.append(job)
+    return found
 
 
 def _order(job: Job) -> tuple[int, str]:
@@ -549,15 +801,32 @@ def _order(job: Job) -> tuple[int, str]:
 
 
 def write_summary(summary: Summary) -> tuple[Path, Path]:
-    """Write ``summary.csv`` and ``summary.md`` into the sweep folder (temp file, then
-    rename, never through a link)."""
+    """Write ``summary.csv``, ``summary_grouped.csv``, ``summary.md`` and the plot
+    ``summary.png`` into the sweep folder (temp file, then rename, never through a
+    link). A plot that cannot be drawn is named in summary.md, never fatal."""
     from art_hydra.runs.run_folder import write_atomic
 
-    csv_name, md_name = run_files.SWEEP_SUMMARY
+    csv_name, md_name, grouped_name, plot_name = run_files.SWEEP_SUMMARY
     csv_path, md_path = summary.sweep_dir / csv_name, summary.sweep_dir / md_name
     write_atomic(csv_path, summary.csv_text())
-    write_atomic(md_path, summary.markdown())
+    write_atomic(summary.sweep_dir / grouped_name, summary.grouped_csv_text())
+    plot: str | None = None
+    if summary.points:
+        try:
+            _draw(summary, summary.sweep_dir / plot_name)
+            plot = plot_name
+        except Exception as exc:  # matplotlib missing or broken: the tables still stand
+            summary.notes.append(f"the plot could not be drawn ({type(exc).__name__}: {exc})")
+    write_atomic(md_path, summary.markdown(plot))
     return csv_path, md_path
+
+
+def _draw(summary: Summary, path: Path) -> Path:
+    from art_hydra.sweeps.summary_plot import write_plot
+
+    ranked = [j for j in summary.jobs if j.ranked]
+    metric = ranked[0].metric or "objective"
+    return write_plot(path, summary.points, ranked, metric, metric)
 
 
 def finish_sweep(sweep_dir: str | Path) -> str:
@@ -565,13 +834,18 @@ def finish_sweep(sweep_dir: str | Path) -> str:
     (the top points, the counts line and where the files are). Never raises for a sweep
     that launched nothing (no folder) or a summary that cannot be written."""
     summary = summarize(sweep_dir)
-    if not summary.jobs:
+    if not summary.jobs and not summary.refused_points:
         return f"Sweep {summary.sweep_dir}: no job folder (nothing was launched); no summary."
     try:
         csv_path, md_path = write_summary(summary)
     except OSError as exc:  # a full disk: the text still tells the outcome
         return f"{summary.text()}\nThe summary files could not be written: {exc}"
-    return f"{summary.text()}\nSummary: {csv_path} and {md_path.name}"
+    return f"{summary.text()}\n{_written(csv_path, md_path)}"
+
+
+def _written(csv_path: Path, md_path: Path) -> str:
+    names = [n for n in run_files.SWEEP_SUMMARY[1:] if (csv_path.parent / n).is_file()]
+    return f"Summary: {csv_path}, " + (" and ".join([", ".join(names[:-1]), names[-1]]))
 
 
 def _positive(text: str) -> int:
@@ -581,32 +855,102 @@ def _positive(text: str) -> int:
     return value
 
 
+def sweep_folders(parent: Path) -> list[Path]:
+    """The sweep folders at or below ``parent`` (those holding Hydra's
+    ``multirun.yaml``, up to :data:`MAX_SWEEP_DEPTH` levels down), sorted; a sweep
+    folder's own job folders are not searched, links are never followed."""
+    marker = run_files.SWEEP_FILES[0]
+    found: list[Path] = []
+
+    def visit(folder: Path, depth: int) -> None:
+        if len(found) >= MAX_SWEEPS:
+            return
+        if (folder / marker).is_file():
+            found.append(folder)
+            return
+        if depth >= MAX_SWEEP_DEPTH:
+            return
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False):
+                visit(Path(entry.path), depth + 1)
+
+    visit(parent, 0)
+    return found
+
+
+def _single_run(folder: Path) -> str:
+    """What a single run's folder is, in words (``summarize`` writes nothing there)."""
+    job = read_job(folder)
+    objective = f"; {job.metric} = {_num(job.objective)}" if job.objective is not None else ""
+    return (
+        f"art-hydra summarize: {folder} is a single run's folder (status {job.status}"
+        f"{objective}), not a sweep folder: a summary compares the jobs of a sweep, so "
+        "nothing was written. Give the sweep folder (the one holding multirun.yaml, "
+        "hydra.sweep.dir), or a folder above several sweeps.\n"
+    )
+
+
+def _summarize_sweeps(sweeps: list[Path], root: Path, top: int) -> int:
+    """Summarise each sweep folder on its own (its jobs ranked only against each other)
+    and write its summary files there."""
+    if len(sweeps) > 1:
+        print(f"{len(sweeps)} sweep folders below {root}; each is summarised on its own.")
+    for sweep in sweeps:
+        summary = summarize(sweep)
+        if len(sweeps) > 1:
+            print(f"\n=== {sweep} ===")
+        if not summary.jobs and not summary.refused_points:
+            print(f"Sweep {sweep}: no job folder (nothing was launched); no summary.")
+            continue
+        csv_path, md_path = write_summary(summary)
+        print(summary.text(top))
+        print(_written(csv_path, md_path))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``art-hydra summarize SWEEP_DIR``: summarise a sweep folder, finished or not."""
+    """``art-hydra summarize SWEEP_DIR``: summarise a sweep folder, finished or not, or
+    every sweep folder below a parent folder, each on its own."""
     parser = argparse.ArgumentParser(
         prog="art-hydra summarize",
         description=(
             "Rank a sweep's jobs by their objective (each job's result.json), print the top "
-            "points and the done / failed / refused / running / killed counts, and write "
-            "summary.csv and summary.md into the sweep folder. Works on a sweep that is "
-            "still running or was stopped."
+            "points, the points aggregated over seeds and the done / failed / refused / "
+            "running / killed counts, and write summary.csv, summary_grouped.csv, "
+            "summary.md and summary.png into the sweep folder. Works on a sweep that is "
+            "still running or was stopped. Given a folder above several sweeps, each "
+            "sweep folder (one holding multirun.yaml) is summarised on its own; a single "
+            "run's folder is never written into."
         ),
     )
-    parser.add_argument("sweep_dir", help="the sweep folder (hydra.sweep.dir)")
+    parser.add_argument("sweep_dir", help="the sweep folder (hydra.sweep.dir), or a parent")
     parser.add_argument("--top", type=_positive, default=TOP, help="top points to print")
     args = parser.parse_args(argv)
     root = Path(args.sweep_dir)
     if not root.is_dir():
         sys.stderr.write(f"art-hydra summarize: {root} is not a folder\n")
         return 1
+    sweeps = sweep_folders(root)
+    if sweeps:
+        return _summarize_sweeps(sweeps, root, args.top)
+    if _is_job_folder(root):
+        sys.stderr.write(_single_run(root))
+        return 1
     summary = summarize(root)
     if not summary.jobs:
         sys.stderr.write(
-            f"art-hydra summarize: {root} holds no job folder (no result.json, .hydra or "
-            "log within 3 levels): is it a sweep folder (hydra.sweep.dir)?\n"
+            f"art-hydra summarize: {root} holds no sweep folder (no multirun.yaml within "
+            f"{MAX_SWEEP_DEPTH} levels) and no job folder: is it a sweep folder "
+            "(hydra.sweep.dir)?\n"
         )
         return 1
-    csv_path, md_path = write_summary(summary)
     print(summary.text(args.top))
-    print(f"Summary: {csv_path} and {md_path.name}")
+    print(
+        f"Not written: {root} holds job folders but no multirun.yaml, so it is not a "
+        "sweep's folder (single runs, or copies); the summary above is printed only."
+    )
     return 0

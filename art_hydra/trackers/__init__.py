@@ -21,6 +21,7 @@ from art_hydra.trackers import (  # noqa: F401  (each registers its tracker)
     wandb_tracker,
 )
 from art_hydra.trackers.base import TRACKERS, Tracker, numeric
+from art_hydra.trackers.placement import Place, SweepJob, place, sweep_job
 
 if TYPE_CHECKING:
     from art_hydra.config.schema import LoggingConfig
@@ -94,6 +95,32 @@ def _project(logging_cfg: LoggingConfig, config: dict[str, Any]) -> str:
     return project_name(logging_cfg, "run" if hidden("task", "name") else str(task or "run"))
 
 
+def _ready(name: str, where: Place, run_dir: Path) -> None:
+    """Make ``where``'s folder, refusing a link or file on the way where art_hydra chose
+    the folder (inside the run or sweep folder): files would be written through it."""
+    if where.users or (where.uri and not where.uri.startswith("file:")):
+        return
+    inside = [p for p in (where.folder.parent, where.folder) if p.name != ""]
+    for path in inside:
+        if entry_kind(path) not in (None, "folder"):
+            raise UnsafePath(
+                f"{path} is a {entry_kind(path)}, not a folder of the run's: {name}'s "
+                f"files would be written through it. Remove it, or drop {name} from "
+                "logging.report_to."
+            )
+    where.folder.mkdir(parents=True, exist_ok=True)
+
+
+def _where(
+    name: str, run_dir: Path, logging_cfg: LoggingConfig, sweep: SweepJob | None, resuming: bool
+) -> Place:
+    if name == TENSORBOARD:  # its event folder where it always was
+        folder = run_dir / run_files.TENSORBOARD
+        return Place(folder, run_files.TENSORBOARD)
+    trackers_dir = getattr(logging_cfg, "trackers_dir", None)  # absent from a bare node
+    return place(name, run_dir, str(trackers_dir) if trackers_dir else None, sweep, resuming)
+
+
 def open_trackers(
     run_dir: Path,
     logging_cfg: LoggingConfig,
@@ -103,36 +130,31 @@ def open_trackers(
     """Start the trackers ``logging_cfg`` chose for the run in ``run_dir``; ``config``
     is the resolved config as plain data; ``resume_step`` the checkpoint's step on a
     resume (None: a fresh run). The id each returns is kept in ``trackers/<name>.id``,
-    and a resume hands it back so the tracker continues the same run. TensorBoard keeps
-    its event folder where it always was (``tensorboard/``)."""
+    and a resume hands it back so the tracker continues the same run. A sweep's job is
+    named by its swept overrides and grouped under its sweep
+    (:mod:`art_hydra.trackers.placement` says where each tracker reports)."""
     names = chosen_trackers(logging_cfg)
     # Every tracker's record goes through the redaction, whoever called (a no-op on a
     # config redacted already): expressions and ***, never a secret's value.
     config = redacted(config or {})
     project = _project(logging_cfg, config)
     run_dir = Path(run_dir)
-    run_name = run_dir.name
+    sweep = sweep_job()
+    run_name = sweep.run_name if sweep is not None else run_dir.name
     started: list[Tracker] = []
     for name in names:
-        if name == TENSORBOARD:
-            folder = run_dir / run_files.TENSORBOARD
-        else:
-            folder = run_dir / run_files.TRACKERS / name
-            for path in (folder.parent, folder):
-                if entry_kind(path) not in (None, "folder"):
-                    raise UnsafePath(
-                        f"{path} is a {entry_kind(path)}, not the run's own folder: {name}'s "
-                        f"files would be written through it. Remove it, or drop {name} from "
-                        "logging.report_to."
-                    )
-                path.mkdir(exist_ok=True)
+        where = _where(name, run_dir, logging_cfg, sweep, resume_step is not None)
+        if name != TENSORBOARD:
+            _ready(name, where, run_dir)
+            (run_dir / run_files.TRACKERS).mkdir(exist_ok=True)
         id_file = run_dir / run_files.TRACKERS / f"{name}.id"
         saved = read_record(id_file) if resume_step is not None else None
         tracker = TRACKERS[name]()
         tracker.resume_step = resume_step
+        tracker.sweep = sweep
         began = time.perf_counter()
         try:
-            kept = tracker.start(folder, config, run_name, project, (saved or "").strip() or None)
+            kept = tracker.start(where, config, run_name, project, (saved or "").strip() or None)
         except Exception as exc:
             Trackers(started).close("failed")
             raise TrackerStartError(
@@ -144,9 +166,13 @@ def open_trackers(
         # TensorBoard, the default, says nothing (a default run's output stays as it was).
         log.log(
             logging.DEBUG if name == TENSORBOARD else logging.INFO,
-            "%s: reporting to %s (started in %.1f s)",
+            "%s: reporting to %s, %s %s, run %r%s (started in %.1f s)",
             name,
-            folder.relative_to(run_dir),
+            where.shown,
+            "experiment" if name == "mlflow" else "project",
+            project,
+            sweep.unique_name if sweep is not None and name == "trackio" else run_name,
+            f", group {sweep.name}" if sweep is not None and name != "mlflow" else "",
             time.perf_counter() - began,
         )
         started.append(tracker)

@@ -7,8 +7,10 @@ One class per tracker, registered under its ``logging.report_to`` name with
 :func:`register_tracker`. Each imports its library inside :meth:`Tracker.start` (never
 at import time: the compose path and runs that chose no tracker import none of them) and
 writes only inside the run folder (its ``trackers/`` folder, TensorBoard's own
-``tensorboard/``): the environment variables that would send a library's files to the
-home directory or the working directory are pointed into it first. The run's
+``tensorboard/``) or, for a sweep's job, its sweep folder's ``trackers/`` (the stores
+the sweep's jobs share), unless the user pointed a library elsewhere (its own variable,
+or ``logging.trackers_dir``): the environment variables that would send a library's
+files to the home directory or the working directory are pointed there first. The run's
 :class:`~art_hydra.engine.metrics.MetricsLog` fans its metrics, samples and end out to every
 tracker the run chose; a tracker that fails after it started is dropped with a warning
 (the run's own outcome matters more than a dashboard).
@@ -20,10 +22,10 @@ import json
 import logging
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from art_hydra.config.tracker_names import LIBRARIES
+from art_hydra.trackers.placement import Place, SweepJob
 
 log = logging.getLogger(__name__)
 
@@ -50,16 +52,20 @@ class Tracker:
     name = ""
     #: The checkpoint's step on a resume (None: a fresh run), set before :meth:`start`.
     resume_step: int | None = None
+    #: The sweep this run is a job of (None: a single run), set before :meth:`start`:
+    #: the tracker groups and tags the run with it and records the swept keys.
+    sweep: SweepJob | None = None
 
     def start(
         self,
-        folder: Path,
+        where: Place,
         config: dict[str, Any],
         run_name: str,
         project: str,
         resume_id: str | None,
     ) -> str | None:
-        """Open the tracker's run, its files under ``folder`` (inside the run folder);
+        """Open the tracker's run, its files under ``where.folder`` (the run folder's,
+        the sweep's, or the user's choice: :mod:`art_hydra.trackers.placement`);
         ``resume_id`` is the id this returned when the run started, on a resume. Returns
         the id to keep for the next resume (None: nothing to keep)."""
         raise NotImplementedError

@@ -6,11 +6,11 @@ in one HParams view; ``add_hparams`` would open a second folder per job)."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 from art_hydra.runs.run_folder import UnsafePath, entry_kind
 from art_hydra.trackers.base import Tracker, register_tracker, sample_rows, table
+from art_hydra.trackers.placement import Place
 
 
 def _markdown_cell(value: Any) -> str:
@@ -32,12 +32,13 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 class TensorBoardTracker(Tracker):
     def start(
         self,
-        folder: Path,
+        where: Place,
         config: dict[str, Any],
         run_name: str,
         project: str,
         resume_id: str | None,
     ) -> str | None:
+        folder = where.folder
         if entry_kind(folder) not in (None, "folder"):
             raise UnsafePath(
                 f"{folder} is a {entry_kind(folder)}, not the run's own folder: the event "

@@ -1,31 +1,35 @@
 """Trackio, locally: ``trackio.init`` with ``TRACKIO_DIR`` inside the run folder (a
-SQLite file per project), the resolved config, ``trackio.log`` for metrics and a
-``trackio.Table`` per logged step's completions, ``trackio.finish``. The run's name is
-kept in the run folder: a resume continues the same Trackio run (``resume="allow"``)."""
+SQLite file per project; a sweep's jobs share the sweep folder's, one project, each run
+in the sweep's group, named by its swept overrides, job number and the sweep's id,
+unique across the sweeps one database may hold), the resolved
+config, ``trackio.log`` for metrics and a ``trackio.Table`` per logged step's
+completions, ``trackio.finish``. The run's name is
+kept in the run folder: a resume continues the same Trackio run (``resume="allow"``);
+one whose database moved since says so and starts a new run of that name there."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import logging
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from art_hydra.trackers.base import Tracker, flat_config, register_tracker, sample_rows, table
+from art_hydra.trackers.placement import Place, SweepJob, set_ours
 
 log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
+def _quiet() -> Iterator[io.StringIO]:
     """Trackio prints its banner and dashboard hints on stdout: to the debug log instead
     (a piped run's stdout stays the run's own; docs/trackers.md says how to view the store)."""
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed):
-            yield
+            yield printed
     finally:
         for line in printed.getvalue().splitlines():
             if line.strip():
@@ -54,32 +58,56 @@ def _repoint(folder: Path) -> None:
                     setattr(module, attr, folder / sub if sub else folder)
 
 
+def _config(config: dict[str, Any], sweep: SweepJob | None) -> dict[str, Any]:
+    """The flattened config, with the sweep's tags (sweep, sweep_dir, job) and any swept
+    key the config does not hold by its name (a group choice) beside it."""
+    flat = flat_config(config)
+    if sweep is not None:
+        flat.update({k: v for k, v in sweep.swept.items() if k not in flat})
+        flat.update(sweep.tags())
+    return flat
+
+
 @register_tracker("trackio")
 class TrackioTracker(Tracker):
     def start(
         self,
-        folder: Path,
+        where: Place,
         config: dict[str, Any],
         run_name: str,
         project: str,
         resume_id: str | None,
     ) -> str | None:
-        # Trackio's store (its default is under the Hugging Face cache in the home folder).
-        os.environ["TRACKIO_DIR"] = str(folder)
+        folder = where.folder
+        # Trackio's store (its default is under the Hugging Face cache in the home folder);
+        # a TRACKIO_DIR of the user's is theirs, left as it is.
+        if not where.users:
+            set_ours("TRACKIO_DIR", str(folder))
         import trackio
 
         _repoint(folder)
 
         self.trackio = trackio
-        name = resume_id or run_name
-        with _quiet():
+        sweep = self.sweep
+        name = resume_id or (sweep.unique_name if sweep is not None else run_name)
+        with _quiet() as printed:
             self.run = trackio.init(
                 project=project,
                 name=name,
-                config=flat_config(config),
+                group=sweep.name if sweep is not None else None,
+                config=_config(config, sweep),
                 resume="allow" if resume_id else "never",
                 auto_log_cpu=False,
                 auto_log_gpu=False,
+            )
+        if resume_id and "Resumed existing run" not in printed.getvalue():
+            log.warning(
+                "trackio: run %r, which this run reported to before, is not in %s (the "
+                "database moved since the run started: logging.trackers_dir or TRACKIO_DIR "
+                "changed). Its steps so far stay where it started; this resume reports to a "
+                "new run of that name here.",
+                name,
+                where.shown,
             )
         return name
 

@@ -8,18 +8,21 @@ and launching only what can run, is :class:`art_hydra.sweeps.grid.GridSweep`.
 # No `from __future__ import annotations` here: Hydra's plugin scan executes this module
 # before registering it in sys.modules, and dataclasses with string annotations look the
 # module up there.
+from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from art_hydra.config.hydra_compat import basic_sweeper
 from art_hydra.config.problems import Problem
+from art_hydra.preflight.sweep_folder import release_sweep_folder
 from art_hydra.sweeps.grid import GridSweep, preflight_points
 from art_hydra.sweeps.points import point_checker
 from art_hydra.sweeps.reports import (
     refuse_a_launcher_that_cannot_start,
     refuse_a_used_sweep_folder,
 )
+from art_hydra.sweeps.sweeper_space import refuse_keys_given_twice
 
 
 class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
@@ -49,16 +52,20 @@ class PreflightSweeper(basic_sweeper()):  # type: ignore[misc]
 
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None
+        refuse_keys_given_twice(self.config)
         refuse_a_used_sweep_folder(self.config)
-        refuse_a_launcher_that_cannot_start(self.config)
-        points = self.points(arguments)
-        checked = self.preflight(points)
-        return GridSweep(
-            self.config,
-            self.launcher,
-            self.checker,
-            points,
-            checked,
-            max_batch_size=self.max_batch_size,
-            skip_invalid=self.skip_invalid,
-        ).run()
+        try:
+            refuse_a_launcher_that_cannot_start(self.config)
+            points = self.points(arguments)
+            checked = self.preflight(points)
+            return GridSweep(
+                self.config,
+                self.launcher,
+                self.checker,
+                points,
+                checked,
+                max_batch_size=self.max_batch_size,
+                skip_invalid=self.skip_invalid,
+            ).run()
+        finally:  # the sweep has ended: its folder may be used again (resume=auto)
+            release_sweep_folder(Path(str(self.config.hydra.sweep.dir)))

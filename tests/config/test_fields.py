@@ -152,6 +152,7 @@ def test_resume_rules_and_legacy_values_are_those_the_run_folder_always_used() -
         "model.master_weights",
         "backend.cpu_threads",
         "trainer.max_steps",
+        "trainer.num_train_epochs",
         "rl.importance_sampling_mode",
         "rollout.*",
         "producer.log_completions",
@@ -218,6 +219,10 @@ def test_resume_rules_and_legacy_values_are_those_the_run_folder_always_used() -
         "task.environment": {},
         "task.tools": [],
         "task.tool_parser": "auto",
+        # Issue 38: today's normalisation is TRL's dapo; older runs sized by max_steps.
+        "rl.loss_aggregation": "dapo",
+        "trainer.num_train_epochs": None,
+        "logging.trackers_dir": None,
     }
 
 
@@ -322,4 +327,4 @@ def test_help_lists_every_key_with_its_whole_help(cli) -> None:
         assert f"{key} (" in out, key
         assert " ".join(fields.help_of(cls, name).split()) in out, key
     assert "rl.epsilon_high (default null; > 0)" in out
-    assert "trainer.max_steps (default 100; at least 1; a resume may change it)" in out
+    assert "trainer.max_steps (default null; at least 1; a resume may change it)" in out

@@ -86,7 +86,9 @@ def test_a_trl_name_leads_to_the_key_that_does_its_work(name: str) -> None:
     found = problem.fix
     assert isinstance(found, Fix) and found.drops == (path,)
     keys = [key for key, _ in found.sets]
-    assert keys and all(k.startswith(TRL_NAMES[name].key) for k in keys), keys
+    # TRL's loss_type names a policy loss and a normalisation: two keys here.
+    also = {"loss_type": ("rl.loss_aggregation",)}.get(name, ())
+    assert keys and all(k.startswith(TRL_NAMES[name].key) or k in also for k in keys), keys
     if found.has_placeholder:  # art_hydra has no such setting: the note says so
         assert found.note
         return
@@ -100,3 +102,25 @@ def test_a_spelling_match_no_longer_hides_trls_meaning() -> None:
     problem = problem_about(info.value.problems, "trainer.save_steps")
     assert isinstance(problem.fix, Fix)
     assert problem.fix.overrides() == ["checkpoint.every_steps=10"]
+
+
+@pytest.mark.parametrize("name", ["vespo", "luspo"])
+def test_a_trl_loss_type_with_no_equivalent_here_gets_none_made_up(name: str) -> None:
+    """A newer TRL's loss_type is not passed off as ppo_clip with dapo's normalisation."""
+    with pytest.raises(ConfigValidationError) as info:
+        compose([f"+loss_type={name}"])
+    found = problem_about(info.value.problems, "loss_type").fix
+    assert isinstance(found, Fix) and found.has_placeholder
+    assert [key for key, _ in found.sets] == ["rl.loss_type"]
+    assert f"loss_type={name} has no equivalent here" in found.note
+
+
+def test_trls_num_train_epochs_fix_sizes_the_run_by_epochs() -> None:
+    """The fix for a top-level num_train_epochs=2 trains 2 epochs, though the tiny model's
+    settings set trainer.max_steps=300: the epochs are typed, the file's steps are not."""
+    with pytest.raises(ConfigValidationError) as info:
+        compose(["+num_train_epochs=2"])
+    found = problem_about(info.value.problems, "num_train_epochs").fix
+    assert found.overrides() == ["trainer.num_train_epochs=2"]
+    cfg = compose(found.overrides())
+    assert cfg.trainer.max_steps is None and cfg.trainer.num_train_epochs == 2

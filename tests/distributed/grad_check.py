@@ -38,7 +38,8 @@ def global_batch(vocab: int) -> list[Sequence]:
 
 
 def main() -> None:
-    cfg = compose(["trainer.per_device_train_batch_size=16", "rl.epsilon=0.2"])
+    # Further overrides (argv[2:]), e.g. rl.loss_aggregation=grpo.
+    cfg = compose(["trainer.per_device_train_batch_size=16", "rl.epsilon=0.2", *sys.argv[2:]])
     world = dist_setup.setup(cfg.distributed, torch.device("cpu"))
     task = build_task(cfg)
     loaded = load_model(cfg.model, cfg.backend, cfg.seed, charset=task.charset())

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import output_of, report_entries, run_cli
 from conftest_model import QUICK, tiny
 
 from art_hydra import compose, train
@@ -132,9 +133,11 @@ def _trls(
     settings: PolicyLossSettings,
     num_items: float,
     steps_per_generation: int,
+    compute: Any = None,
 ) -> tuple[float, dict[str, float]]:
     """TRL's ``GRPOTrainer._compute_loss`` on the same mini-batch, with its model forward
-    replaced by the logprobs (one process, no accumulation, no KL, no vLLM)."""
+    replaced by the logprobs (one process, no accumulation, no vLLM; no KL unless
+    ``compute(stub, inputs)``, which calls it, sets one up)."""
     from trl.trainer.grpo_trainer import GRPOTrainer
 
     width = max(len(c[0]) for c in part)
@@ -176,7 +179,10 @@ def _trls(
         "old_per_token_logps": rows(1),
         "num_items_in_batch": torch.tensor(num_items),
     }
-    loss = GRPOTrainer._compute_loss(stub, None, inputs)
+    if compute is None:
+        loss = GRPOTrainer._compute_loss(stub, None, inputs)
+    else:
+        loss = compute(stub, inputs)
     return loss.item(), {k: v[-1] for k, v in metrics["train"].items()}
 
 
@@ -207,6 +213,209 @@ def test_mini_batch_losses_equal_trls(loss_type: str, steps_per_generation: int)
             assert stats["clip_fraction"] == pytest.approx(
                 metrics["clip_ratio/region_mean"], abs=1e-7
             )
+
+
+# ---- rl.loss_aggregation: each of TRL's normalisations ---------------------------------
+
+#: TRL's loss_type -> (rl.loss_type, rl.loss_aggregation); cispo normalises as dapo in TRL.
+PAIRS = {
+    "grpo": ("ppo_clip", "grpo"),
+    "bnpo": ("ppo_clip", "bnpo"),
+    "dr_grpo": ("ppo_clip", "dr_grpo"),
+    "dapo": ("ppo_clip", "dapo"),
+    "cispo": ("cispo", "dapo"),
+}
+MAX_COMPLETION = 12
+
+
+def _reference(logp: list[float]) -> list[float]:
+    """A reference policy's logprobs near the policy's (deterministic), for the KL term."""
+    return [0.9 * v - 0.1 for v in logp]
+
+
+def _ours_aggregated(
+    part: list[tuple[list[float], list[float], float]],
+    settings: PolicyLossSettings,
+    denominator: float,
+) -> tuple[float, dict[str, float]]:
+    """art_hydra's loss on one mini-batch packed several completions per row (rows of 24
+    slots, prompts of 2 tokens), with the KL term, its completions told apart by the
+    packed ``seq_ids``."""
+
+    def packed(logprobs: list[list[float]]) -> Any:
+        seqs = [
+            Sequence([1, 1] + [2] * len(c[0]), 2, advantage=c[2], old_logprobs=lp)
+            for c, lp in zip(part, logprobs, strict=True)
+        ]
+        return pack(seqs, 24, 0, PACKED)
+
+    new = packed([c[0] for c in part])
+    old = packed([c[1] for c in part])
+    ref = packed([_reference(c[0]) for c in part])
+    loss, stats = policy_loss(
+        new.old_logprobs,
+        old.old_logprobs,
+        old.advantages,
+        old.loss_mask,
+        settings,
+        denominator,
+        ref.old_logprobs,
+        seq_ids=old.seq_ids,
+        completions=old.completions,
+    )
+    return loss.item(), stats
+
+
+def _shares_rows(part: list[tuple[list[float], list[float], float]]) -> bool:
+    """Whether packing ``part`` as :func:`_ours_aggregated` does puts several completions
+    in one row (``pack`` chooses the least wasteful width)."""
+    seqs = [Sequence([1, 1] + [2] * len(c[0]), 2) for c in part]
+    ids = pack(seqs, 24, 0, PACKED).seq_ids
+    return any(len(set(row.tolist()) - {-1}) > 1 for row in ids)
+
+
+def _trls_with_kl(
+    part: list[tuple[list[float], list[float], float]],
+    loss_type: str,
+    settings: PolicyLossSettings,
+    num_items: float,
+    steps_per_generation: int,
+) -> tuple[float, dict[str, float]]:
+    """TRL's ``_compute_loss`` as :func:`_trls`, with the KL term to :func:`_reference`'s
+    logprobs and ``max_completion_length`` (dr_grpo's constant) set."""
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    width = max(len(c[0]) for c in part)
+
+    def compute(stub: Any, inputs: dict[str, Any]) -> Any:
+        stub.beta, stub.max_completion_length = settings.beta, MAX_COMPLETION
+        inputs["ref_per_token_logps"] = torch.tensor(
+            [_reference(c[0]) + [0.0] * (width - len(c[0])) for c in part]
+        )
+        return GRPOTrainer._compute_loss(stub, None, inputs)
+
+    return _trls(part, loss_type, settings, num_items, steps_per_generation, compute)
+
+
+@pytest.mark.parametrize("loss_type", sorted(PAIRS))
+@pytest.mark.parametrize("steps_per_generation", [1, 2, 4])
+def test_every_aggregation_equals_trls(loss_type: str, steps_per_generation: int) -> None:
+    """Each of TRL's normalisations (with its policy loss) on varied-length completions
+    packed several per row, with the KL term: loss, clip and KL statistics equal TRL's
+    own ``_compute_loss`` on each mini-batch of the generation batch."""
+    pytest.importorskip("trl")
+    policy, aggregation = PAIRS[loss_type]
+    high = 1.1 if policy == "cispo" else 0.28
+    settings = PolicyLossSettings(
+        policy, 0.2, high, 0.04, aggregation=aggregation, max_completion_length=MAX_COMPLETION
+    )
+    generation = _generation_batch(seed=10 + steps_per_generation, size=12)
+    size = len(generation) // steps_per_generation
+    parts = [generation[i : i + size] for i in range(0, len(generation), size)]
+    num_items = float(sum(len(c[0]) for c in generation))
+    assert any(_shares_rows(part) for part in parts)
+    for part in parts:
+        mini = MiniBatch([Sequence([1, 1] + [2] * len(c[0]), 2) for c in part], {}, [], num_items)
+        own = float(sum(len(c[0]) for c in part))
+        denominator = mini.loss_denominator(steps_per_generation, own)
+        ours, stats = _ours_aggregated(part, settings, denominator)
+        theirs, metrics = _trls_with_kl(part, loss_type, settings, num_items, steps_per_generation)
+        assert ours == pytest.approx(theirs, rel=1e-6, abs=1e-7)
+        clip = "cispo_clip_ratio" if policy == "cispo" else "clip_ratio/region_mean"
+        assert stats["clip_fraction"] == pytest.approx(metrics[clip], abs=1e-7)
+        assert stats["kl"] == pytest.approx(metrics["kl"], rel=1e-6)
+
+
+@pytest.mark.parametrize("aggregation", ["grpo", "dr_grpo"])
+def test_a_shared_prompt_is_no_completion(aggregation: str) -> None:
+    """With ``rl`` groups' prompts packed once (a shared prompt has an id of its own and
+    trains no token), grpo and dr_grpo average over the same completions as unshared."""
+    part = _generation_batch(seed=5, size=6)
+    settings = PolicyLossSettings(
+        "ppo_clip", 0.2, 0.28, 0.0, aggregation=aggregation, max_completion_length=12
+    )
+
+    def loss(share: bool) -> float:
+        def packed(index: int) -> Any:
+            seqs = [
+                Sequence([1, 1, 1] + [2] * len(c[0]), 3, advantage=c[2], old_logprobs=c[index])
+                for c in part
+            ]
+            return pack(seqs, 64, 0, PACKED, share_prompts=share)
+
+        new, old = packed(0), packed(1)
+        assert share == (old.sees_ids is not None)
+        args = (new.old_logprobs, old.old_logprobs, old.advantages, old.loss_mask, settings)
+        value, _ = policy_loss(*args, 1.0, seq_ids=old.seq_ids, completions=old.completions)
+        return value.item()
+
+    assert loss(True) == pytest.approx(loss(False), rel=1e-6)
+
+
+@pytest.mark.parametrize("aggregation", ["grpo", "bnpo", "dr_grpo"])
+def test_a_per_process_aggregation_ignores_the_global_count(
+    monkeypatch: pytest.MonkeyPatch, aggregation: str
+) -> None:
+    """TRL's grpo, bnpo and dr_grpo are each process's own mean, which DDP then averages:
+    across ranks the step's global count (``ranks.ProcessGroup.normalise``) leaves their
+    loss as one process computes it, while dapo's follows the count."""
+    from art_hydra.engine import distributed
+    from art_hydra.engine.ranks import ProcessGroup
+
+    monkeypatch.setattr(distributed, "all_sum", lambda world, values: [values[0] + 50.0])
+    part = _generation_batch(seed=3, size=6)
+    settings = PolicyLossSettings(
+        "ppo_clip", 0.2, 0.28, 0.04, aggregation=aggregation, max_completion_length=12
+    )
+    mini = MiniBatch([Sequence([1, 1] + [2] * len(c[0]), 2) for c in part], {}, [], None)
+    batch = pack(mini.sequences, 24, 0, PACKED)
+    alone, _ = _ours_aggregated(part, settings, batch.step_loss_tokens)
+    ProcessGroup(SimpleNamespace(enabled=True, size=2), 1.0, 1.0, 1.0).normalise([batch])  # type: ignore[arg-type]
+    assert batch.step_loss_tokens != batch.loss_tokens
+    ranked, _ = _ours_aggregated(part, settings, batch.step_loss_tokens)
+    assert ranked == alone
+    dapo = PolicyLossSettings("ppo_clip", 0.2, 0.28, 0.04)
+    assert _ours_aggregated(part, dapo, batch.step_loss_tokens)[0] != pytest.approx(
+        _ours_aggregated(part, dapo, batch.loss_tokens)[0]
+    )
+
+
+def test_the_default_aggregation_is_the_old_normalisation_bit_for_bit() -> None:
+    """A config without the key (its legacy value) and the default both give ``dapo``,
+    whose loss is, bit for bit, what ``policy_loss`` computed before the key existed:
+    the masked sum of PPO-clip's and the KL's per-token terms over the step's count."""
+    from art_hydra.config.fields import legacy_values
+
+    assert legacy_values()["rl.loss_aggregation"] == "dapo"
+    settings = PolicyLossSettings.from_config(compose([]).rl)
+    assert settings.aggregation == "dapo"
+    settings = PolicyLossSettings(settings.loss_type, 0.2, 0.28, 0.04)
+    torch.manual_seed(0)
+    new, old, ref = (torch.randn(3, 10) - 1.0 for _ in range(3))
+    advantages, mask = torch.randn(3, 10), (torch.rand(3, 10) > 0.3).float()
+    loss, _ = policy_loss(new, old, advantages, mask, settings, 11.0, ref)
+    keep = mask > 0
+    new, old, ref = (torch.where(keep, t, torch.zeros_like(t)) for t in (new, old, ref))
+    ratio = torch.exp((new - old).clamp(-20.0, 20.0))
+    clipped = ratio.clamp(0.8, 1.28)
+    per_token = -torch.min(ratio * advantages, clipped * advantages)
+    delta = (ref - new).clamp(-20.0, 20.0)
+    per_token = per_token + 0.04 * (torch.exp(delta) - delta - 1)
+    assert torch.equal(loss, (per_token * mask).sum() / 11.0)
+
+
+@pytest.mark.fast  # a refusal at composition: the real CLI, nothing loaded
+@pytest.mark.parametrize("name", ["dapo", "grpo", "bnpo", "dr_grpo"])
+def test_a_trl_loss_type_name_is_refused_with_both_keys(name: str, tmp_path: Path) -> None:
+    """TRL's ``loss_type=dapo`` names a policy loss and a normalisation together; typed
+    at ``rl.loss_type`` the fix sets both (not ppo_clip alone), and the fix runs."""
+    proc = run_cli(f"rl.loss_type={name}", "dry_run=true", cwd=tmp_path)
+    assert proc.returncode != 0
+    fixed = f"rl.loss_type=ppo_clip rl.loss_aggregation={name}"
+    assert report_entries(output_of(proc)) == [("rl.loss_type", name, fixed)]
+    if name == "dr_grpo":
+        proc = run_cli(*fixed.split(), "dry_run=true", cwd=tmp_path)
+        assert proc.returncode == 0, output_of(proc)
 
 
 @pytest.mark.slow

@@ -113,3 +113,70 @@ def test_points_that_would_share_a_folder_are_refused(tmp_path) -> None:
     assert shared.key == "hydra.sweep.subdir"
     assert shared.fix.overrides() == ["hydra.sweep.subdir=${hydra.job.num}"]
     assert "#0 and #1" in shared.reason
+
+
+#: Values that decide the run's length (composition decides which key sizes it).
+LENGTH = [
+    "trainer.max_steps=null",
+    "trainer.max_steps=64",
+    "trainer.max_steps=0",
+    "trainer.num_train_epochs=0.5",
+    "trainer.num_train_epochs=null",
+    "trainer.per_device_train_batch_size=4",
+    "trainer.learning_rate=abc",
+    "trainer.warmup_steps=40",
+]
+
+
+@pytest.mark.parametrize(("seed", "swept"), [(4, []), (5, ["trainer.num_train_epochs=1,2"])])
+def test_random_length_points_get_the_verdict_of_full_composition(
+    tmp_path, seed: int, swept: list[str]
+) -> None:
+    """Epochs or steps, typed by a point or swept (then typed in each job), on a model
+    whose settings set trainer.max_steps: both ways decide the run's length alike."""
+    rng = random.Random(seed)
+    loader, master = _master(str(tmp_path / "sweep"), swept)
+    hand = sweep_hand(master)
+    fast = PointChecker(loader, master, hand)
+    full = PointChecker(loader, master, hand, fast_way=False)
+    for number in range(16):
+        point = rng.sample(LENGTH, rng.randint(0, 3)) + rng.sample(GROUPS, rng.randint(0, 1))
+        if swept:
+            point = [p for p in point if "num_train_epochs" not in p]
+            point.append(f"trainer.num_train_epochs={rng.choice([1, 2])}")
+        rng.shuffle(point)
+        expected = full.problems(point, number)
+        assert _fields(fast.problems(point, number)) == _fields(expected), point
+    assert fast.fast >= 3
+
+
+def test_swept_epochs_set_a_files_max_steps_aside_the_fast_way_too(tmp_path) -> None:
+    """Epochs the sweep varies are typed in each job: they set tiny.yaml's max_steps
+    aside, a typed max_steps wins with the warning, and a batch too small to count
+    gets its report, on both ways alike."""
+    loader, master = _master(
+        str(tmp_path / "sweep"), ["trainer.num_train_epochs=1,2", "trainer.max_steps=null,50"]
+    )
+    hand = sweep_hand(master)
+    fast = PointChecker(loader, master, hand)
+    full = PointChecker(loader, master, hand, fast_way=False)
+    points = [
+        ["trainer.num_train_epochs=1", "trainer.max_steps=null"],
+        ["trainer.num_train_epochs=2", "trainer.max_steps=50"],
+        ["trainer.num_train_epochs=2", "trainer.max_steps=null", "rl.steps_per_generation=3"],
+        [
+            "trainer.num_train_epochs=1",
+            "trainer.max_steps=null",
+            "trainer.per_device_train_batch_size=4",
+        ],
+        ["trainer.num_train_epochs=1", "trainer.max_steps=null"],
+    ]
+    verdicts = []
+    for number, point in enumerate(points):
+        expected = full.problems(point, number)
+        assert _fields(fast.problems(point, number)) == _fields(expected), point
+        verdicts.append(sorted(p.key for p in expected))
+    assert fast.fast >= 3
+    assert verdicts[0] == verdicts[4] == []
+    assert verdicts[1] == ["trainer.num_train_epochs"]  # the typed max_steps wins: warned
+    assert verdicts[3] == ["trainer.per_device_train_batch_size"]

@@ -3,7 +3,8 @@
 Each policy loss is one function registered with :func:`register_policy_loss` (it
 declares the ``rl.*`` settings it honours); :func:`policy_loss` wraps the chosen one in
 what every loss shares (the masking, the ratio, the importance weight, the KL term, the
-step's token denominator, the finite check and the statistics). The module imports torch
+aggregation of the per-token terms as ``rl.loss_aggregation`` says (:func:`aggregate`),
+the finite check and the statistics). The module imports torch
 only inside its functions, so validation reads the built-in losses' names and settings
 from the registry (:mod:`art_hydra.config.policy_losses`) without loading torch.
 """
@@ -13,7 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from art_hydra.config.policy_losses import get_policy_loss, register_policy_loss
+from art_hydra.config.policy_losses import (
+    LOSS_AGGREGATIONS,
+    get_policy_loss,
+    register_policy_loss,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -23,6 +28,7 @@ __all__ = [
     "LOG_RATIO_CLAMP",
     "NonFiniteLossError",
     "PolicyLossSettings",
+    "aggregate",
     "cispo",
     "importance_weight",
     "policy_loss",
@@ -60,6 +66,11 @@ class PolicyLossSettings:
     importance_sampling_cap: float | None = None
     #: How the cap applies (:data:`IMPORTANCE_SAMPLING_MODES`); read only with a cap.
     importance_sampling_mode: str = "token_truncate"
+    #: How the masked per-token terms are averaged (``rl.loss_aggregation``, one of
+    #: :data:`art_hydra.config.policy_losses.LOSS_AGGREGATIONS`; see :func:`aggregate`).
+    aggregation: str = "dapo"
+    #: ``rl.max_completion_length``: dr_grpo's constant per completion.
+    max_completion_length: int = 0
 
     @classmethod
     def from_config(cls, rl_cfg) -> PolicyLossSettings:  # type: ignore[no-untyped-def]
@@ -73,7 +84,17 @@ class PolicyLossSettings:
         if cap is not None:
             chosen = rl_cfg.importance_sampling_mode
             mode = str(getattr(chosen, "name", chosen))
-        return cls(name, rl_cfg.epsilon, high, rl_cfg.beta, cap, mode)
+        aggregation = str(getattr(rl_cfg.loss_aggregation, "name", rl_cfg.loss_aggregation))
+        return cls(
+            name,
+            rl_cfg.epsilon,
+            high,
+            rl_cfg.beta,
+            cap,
+            mode,
+            aggregation,
+            rl_cfg.max_completion_length,
+        )
 
 
 @register_policy_loss(
@@ -228,6 +249,62 @@ def sampling_mismatch(
         }
 
 
+def aggregate(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    settings: PolicyLossSettings,
+    num_tokens: float,
+    seq_ids: torch.Tensor | None = None,
+    completions: int = 0,
+) -> torch.Tensor:
+    """The micro-batch's loss from its per-token terms, as ``rl.loss_aggregation`` (TRL
+    1.16's ``_compute_loss`` normalisations, one micro-batch per optimizer step):
+
+    - ``dapo``: the masked sum / ``num_tokens``, the step's share of the generation
+      batch's trained tokens over every rank (set by the producer and
+      ``ranks.ProcessGroup.normalise``); the expression art_hydra always used.
+    - ``bnpo``: the masked sum / this micro-batch's trained tokens.
+    - ``grpo``: each completion's masked sum / its trained tokens, then the mean over
+      ``completions`` (one with no trained token counts, adding 0, as in TRL).
+    - ``dr_grpo``: the masked sum / (``completions`` x ``rl.max_completion_length``).
+
+    The last three are this rank's own means, as in TRL, where DDP then averages the
+    ranks' gradients (as art_hydra's DDP and FSDP do). Completions are told apart by
+    ``seq_ids`` (ids ``0..completions-1``, see :func:`art_hydra.engine.packing.pack`; a
+    shared prompt's higher id trains no token); without them each row is one, as in
+    TRL's unpacked [completions, tokens] layout; ``completions`` 0 counts the ids
+    holding a trained token.
+    """
+    import torch
+
+    chosen = settings.aggregation
+    masked = per_token * mask
+    if chosen == "dapo":
+        return masked.sum() / num_tokens
+    if chosen == "bnpo":
+        return masked.sum() / mask.sum().clamp(min=1.0)
+    if seq_ids is None:
+        rows = torch.arange(mask.shape[0], device=mask.device).unsqueeze(-1)
+        seq_ids = rows.expand_as(mask)
+    ids = seq_ids.clamp(min=0).flatten()  # padding (-1) trains nothing: any slot does
+    if not completions:
+        completions = int(torch.unique(ids[mask.flatten() > 0]).numel())
+    if chosen == "dr_grpo" and settings.max_completion_length > 0:
+        return masked.sum() / (max(completions, 1) * settings.max_completion_length)
+    if chosen != "grpo":
+        known = ", ".join(LOSS_AGGREGATIONS)
+        raise ValueError(
+            f"rl.loss_aggregation={chosen!r} with rl.max_completion_length="
+            f"{settings.max_completion_length}: the aggregation is one of {known}, and "
+            "dr_grpo divides by a positive rl.max_completion_length"
+        )
+    width = int(ids.max()) + 1 if ids.numel() else 1
+    zeros = torch.zeros(width, dtype=masked.dtype, device=masked.device)
+    sums = zeros.index_add(0, ids, masked.flatten())
+    counts = zeros.index_add(0, ids, mask.flatten().to(masked.dtype))
+    return (sums / counts.clamp(min=1.0)).sum() / max(completions, 1)
+
+
 def policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -237,9 +314,11 @@ def policy_loss(
     num_tokens: float,
     ref_logprobs: torch.Tensor | None = None,
     importance_weight: torch.Tensor | None = None,
+    seq_ids: torch.Tensor | None = None,
+    completions: int = 0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Sum of per-token losses over ``mask``, divided by ``num_tokens`` (all tokens of
-    the optimizer step, so accumulation splits the same mean).
+    """Per-token losses (policy and KL terms) over ``mask``, averaged by :func:`aggregate`
+    (``num_tokens``: dapo's denominator; ``seq_ids``, ``completions``: grpo's, dr_grpo's).
 
     ``importance_weight`` (:func:`importance_weight`) multiplies each token's
     policy term, not the KL term, as TRL applies its vLLM importance-sampling correction.
@@ -271,7 +350,7 @@ def policy_loss(
         delta = (ref_logprobs - logprobs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         kl = torch.exp(delta) - delta - 1
         per_token = per_token + settings.beta * kl
-    loss = (per_token * mask).sum() / num_tokens
+    loss = aggregate(per_token, mask, settings, num_tokens, seq_ids, completions)
     if not torch.isfinite(loss):
         worst_ratio = log_ratio[keep].abs().max().item() if keep.any() else 0.0
         worst_adv = advantages[keep].abs().max().item() if keep.any() else 0.0
