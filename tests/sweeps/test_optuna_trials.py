@@ -64,3 +64,12 @@ def test_refused_trials_do_not_count_against_n_trials(cli, tmp_path: Path) -> No
     # The study's best is among the trials that ran.
     results = (sweep / "optimization_results.yaml").read_text()
     assert "trainer.gradient_accumulation_steps: 1" in results
+    # Named before the study, grouped by problem.
+    assert "combination(s) of the search space cannot run" in out
+    # Never launched: no Hydra record, no metrics.
+    assert not list(sweep.glob("refused/*/.hydra"))
+    assert not list(sweep.glob("refused/*/metrics.jsonl"))
+    best = re.search(r"Best value: (\S+)", out)
+    assert best is not None
+    objectives = [json.loads((j / "result.json").read_text())["objective"]["value"] for j in jobs]
+    assert float(best.group(1)) == max(objectives)

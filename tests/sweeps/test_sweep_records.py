@@ -144,42 +144,6 @@ def test_an_optuna_study_optimises_the_returned_objective(cli, tmp_path: Path) -
     assert finish_sweep(sweep).splitlines()[-2].startswith(f"Best: #{values.index(best)} ")
 
 
-@pytest.mark.slow
-def test_an_optuna_study_with_invalid_points_refuses_them_and_goes_on(cli, tmp_path: Path) -> None:
-    sweep = tmp_path / "study"
-    proc = cli(
-        "-m",
-        "hydra/sweeper=optuna",
-        "hydra.sweeper.sampler.seed=3",
-        "hydra.sweeper.n_trials=6",
-        "hydra.sweeper.direction=maximize",
-        "trainer.max_steps=1",
-        *SMALL,
-        # Half the space cannot run: RL with accumulation (the founding rule).
-        "trainer.gradient_accumulation_steps=choice(1,2)",
-        "rl.temperature=interval(0.7,1.2)",
-        f"hydra.sweep.dir={sweep}",
-    )
-    out = output_of(proc)
-    assert proc.returncode == 0, out
-    assert "Traceback" not in out
-    # Named before the study, grouped by problem.
-    assert "combination(s) of the search space cannot run" in out
-    # Refused draws never get a job number (tests/sweeps/test_optuna_trials.py): the 6
-    # trials that count all ran; the refused ones are recorded under refused/.
-    records = {int(p.parent.name): _result(p.parent) for p in sweep.glob("*/result.json")}
-    assert sorted(records) == list(range(6))
-    assert all(r["status"] == "done" for r in records.values())
-    refused = [_result(p.parent) for p in sweep.glob("refused/*/result.json")]
-    assert refused and all(r["status"] == "refused" for r in refused)
-    for record in refused:  # never launched: no Hydra record, no metrics
-        assert "trainer.gradient_accumulation_steps=2" in record["overrides"]
-    assert not list(sweep.glob("refused/*/.hydra"))
-    assert not list(sweep.glob("refused/*/metrics.jsonl"))
-    best = float(re.search(r"Best value: (\S+)", out).group(1))
-    assert best == max(r["objective"]["value"] for r in records.values())
-
-
 KILLER = '''
 import os, signal
 
