@@ -3,6 +3,8 @@
 #   make test   set up .venv on first use, then lint, build the docs site, run the test
 #               suite, then the Unsloth stage in its own .venv-unsloth (make test-unsloth)
 #               and the vLLM stage in its own .venv-vllm (make test-vllm)
+# and on demand (no CI runs it):
+#   make test-full  make test with every model family of the matrix, not the day's sample
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,10 +12,23 @@ BIN := $(VENV)/bin
 # range (>=2.4,<2.15) works, e.g. TORCH=torch==2.14.1 for a CUDA build.
 TORCH ?= torch==2.13.0
 
+# The model families the tiers that train run: a sample holding a member of every
+# behaviour class, drawn from this seed (the UTC date, taken once so that every pytest
+# process of the run agrees); tests/family_matrix.py.
+ART_HYDRA_MATRIX_SEED ?= $(shell date -u +%F)
+MATRIX_SEED := $(ART_HYDRA_MATRIX_SEED)
+# pytest-xdist workers for the tiers that train (the test machines have 2 cores).
+NOT_FAST_WORKERS ?= 2
+
+# Python writes bytecode as it does by default, even where the shell says not to: every
+# command the tests start would otherwise compile art_hydra's sources again (0.1-0.5 s
+# of CPU a process).
+unexport PYTHONDONTWRITEBYTECODE
+
 UNSLOTH_VENV := .venv-unsloth
 VLLM_VENV := .venv-vllm
 
-.PHONY: run test test-unsloth test-vllm bench bench-trl
+.PHONY: run test test-full test-unsloth test-vllm bench bench-trl bench-figures
 
 $(BIN)/art-hydra: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,11 +51,20 @@ test: $(BIN)/art-hydra
 	site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && \
 		NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir "$$site"
 	# The fast tier (CLI subprocesses) spreads over the cores (pytest-xdist, see
-	# tests/conftest.py); the tiers that train run in one process, as they time steps.
+	# tests/conftest.py); so do the tiers that train (NOT_FAST_WORKERS=0 for one
+	# process), a module to a worker (its module fixtures, runs trained once for several
+	# tests, are made once), on the family sample the line before them prints.
 	$(BIN)/python -m pytest -m fast $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -m "not fast" $(PYTEST_ARGS)
+	cd tests && ART_HYDRA_MATRIX_SEED=$(MATRIX_SEED) ../$(BIN)/python family_models.py
+	ART_HYDRA_MATRIX_SEED=$(MATRIX_SEED) \
+		$(BIN)/python -m pytest -m "not fast" -n $(NOT_FAST_WORKERS) --dist loadscope \
+		$(PYTEST_ARGS)
 	$(MAKE) test-unsloth
 	$(MAKE) test-vllm
+
+# The whole family matrix (every family of tests/family_models.py), on demand.
+test-full:
+	ART_HYDRA_FULL_MATRIX=1 $(MAKE) test
 
 # The [unsloth] extra in a virtual environment of its own: it pins its own transformers
 # and trl. PyPI's torchvision does not load beside the on-disk CPU torch, and Unsloth
@@ -88,3 +112,9 @@ bench-trl: $(BIN)/art-hydra
 	$(BIN)/pip install --quiet -e ".[bench]"
 	$(BIN)/python bench/vs_trl.py
 	$(BIN)/python bench/vs_trl.py --load 2 --pairs 2
+
+# The four speed figures side by side in one run, as ratios against TRL's GRPOTrainer,
+# a bare `import hydra, omegaconf` and the goals (docs/benchmarks.md); SUITE=1 also
+# times `make test` and `pytest -m fast`.
+bench-figures: $(BIN)/art-hydra
+	$(BIN)/python bench/speed_figures.py $(if $(SUITE),--suite)

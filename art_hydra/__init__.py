@@ -12,6 +12,8 @@ from art_hydra.runs import interrupts as _interrupts
 if _interrupts.launched_as_command():  # first: a signal during the imports below exits cleanly
     _interrupts.exit_on_signals()
 
+from typing import TYPE_CHECKING
+
 from art_hydra.config import (
     ConfigValidationError,
     Fix,
@@ -24,8 +26,35 @@ from art_hydra.config import (
     validate,
     validator,
 )
-from art_hydra.run import train
-from art_hydra.tasks.markers import environment, generator, reward, tool
+
+if TYPE_CHECKING:
+    from art_hydra.run import train
+    from art_hydra.tasks.markers import environment, generator, reward, tool
+
+#: Names imported on first use: the command's check of a config reads neither the run's
+#: way in nor the task markers (and ``import art_hydra`` stays light for a notebook).
+_LAZY = {
+    "train": "art_hydra.run",
+    "environment": "art_hydra.tasks.markers",
+    "generator": "art_hydra.tasks.markers",
+    "reward": "art_hydra.tasks.markers",
+    "tool": "art_hydra.tasks.markers",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'art_hydra' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "ConfigValidationError",

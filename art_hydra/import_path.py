@@ -178,8 +178,11 @@ def outside_modules() -> Iterator[tuple[str, str]]:
         if not command and name.partition(".")[0] not in FINDER.found:
             continue
         file = getattr(module, "__file__", None)
-        if not isinstance(file, str) or not file:
-            continue  # built-in, frozen, or a namespace package (no code of its own)
+        if not isinstance(file, str) or not os.path.isabs(file):
+            # built-in, frozen, a namespace package (no code of its own), or a module
+            # that names a file it was not loaded from (torch.ops: "_ops.py"), which
+            # resolving against the working folder would misplace there
+            continue
         where = Path(file).resolve()
         if any(where.is_relative_to(root) for root in (*_OWN, *stdlib, *installed)):
             continue

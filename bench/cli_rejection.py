@@ -5,15 +5,24 @@ Runs, interleaved in one process tree so that machine load affects all alike:
   B) art-hydra trainer.gradient_accumulation_steps=2  (RL + accumulation: rejected)
   C) art-hydra trainer.learning_rate=abc +trainer.lerning_rate=1 algorithm=foo
      (three override errors, found by the diagnosis path)
-and prints the medians and the ratios B/A and C/A. Target: B/A <= 2.5.
+and prints the medians and the ratios B/A and C/A. Target: B/A <= 2.0.
 
-Usage: python bench/cli_rejection.py [--repeats 9]
+``--baseline DIR`` adds B and C run from another checkout of art_hydra (its folder put
+first on ``PYTHONPATH``, say a ``git worktree`` of an older commit), interleaved with the
+rest, and prints the current tree's time as a ratio of the baseline's.
+
+Bytecode is cached as an install has it (``PYTHONDONTWRITEBYTECODE`` is dropped, the
+cache kept in a temporary ``PYTHONPYCACHEPREFIX`` folder, so no tree gets written into):
+compiling the sources at every start is not what a user's command pays.
+
+Usage: python bench/cli_rejection.py [--repeats 9] [--baseline DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -39,35 +48,82 @@ CASES = {
 }
 
 
-def run_once(cmd: list[str], cwd: str) -> float:
+def run_once(cmd: list[str], cwd: str, env: dict[str, str]) -> tuple[float, float]:
+    """The command's wall time and its CPU time (user + system, which a loaded machine
+    inflates far less than the wall clock)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     rejected = proc.returncode == 1 and "The configuration cannot run" in proc.stderr
     if "import" not in cmd[-1] and (not rejected or "Traceback" in proc.stderr):
         raise SystemExit(f"expected a clean rejection from {cmd}, got:\n{proc.stderr}")
-    return elapsed
+    return elapsed, cpu
+
+
+def _environments(baseline: str | None) -> dict[str, dict[str, str]]:
+    """The environment of each side: this tree's (as the interpreter finds it) and the
+    baseline's, with bytecode cached outside both trees."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="art_hydra_bench_pyc_")
+    env.pop("PYTHONPATH", None)
+    sides = {"": env}
+    if baseline is not None:
+        old = dict(env, PYTHONPATH=os.path.abspath(baseline))
+        old["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="art_hydra_bench_pyc_")
+        sides[" [baseline]"] = old
+    return sides
+
+
+def _runs(baseline: str | None) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Each measured command by its printed name: the bare import once, the rejections
+    once per side."""
+    runs = {}
+    for side, env in _environments(baseline).items():
+        for name, cmd in CASES.items():
+            if side and "import" in cmd[-1]:
+                continue
+            runs[name + side] = (cmd, env)
+    return runs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--baseline", help="another art_hydra checkout, run interleaved")
     args = parser.parse_args()
     env_cwd = tempfile.mkdtemp(prefix="art_hydra_bench_")
-    times: dict[str, list[float]] = {name: [] for name in CASES}
-    for cmd in CASES.values():  # warm the file cache once
-        run_once(cmd, env_cwd)
+    runs = _runs(args.baseline)
+    wall: dict[str, list[float]] = {name: [] for name in runs}
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
+    for cmd, env in runs.values():  # warm the file and bytecode caches once
+        run_once(cmd, env_cwd, env)
     for _ in range(args.repeats):
-        for name, cmd in CASES.items():
-            times[name].append(run_once(cmd, env_cwd))
+        for name, (cmd, env) in runs.items():
+            took, used = run_once(cmd, env_cwd, env)
+            wall[name].append(took)
+            cpu[name].append(used)
+    print(f"cpu cores: {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}")
+    _report(cpu, args.repeats, "CPU time (user + system)")
+    _report(wall, args.repeats, "wall time")
+
+
+def _report(times: dict[str, list[float]], repeats: int, what: str) -> None:
     base = statistics.median(times["import hydra, omegaconf"])
-    print(f"cpu cores: {os.cpu_count()}, repeats: {args.repeats} (medians)")
+    print(f"{what}, repeats: {repeats} (medians)")
     for name, samples in times.items():
         med = statistics.median(samples)
-        print(f"{name:38s} {med * 1000:7.1f} ms   {med / base:5.2f}x the bare import")
+        print(f"{name:50s} {med * 1000:7.1f} ms   {med / base:5.2f}x the bare import")
+    for name in CASES:
+        old = times.get(name + " [baseline]")
+        if old is not None:
+            now = statistics.median(times[name]) / statistics.median(old)
+            print(f"{name:50s} now / baseline = {now:.2f}x")
     ratio = statistics.median(times["art-hydra reject (validator)"]) / base
-    verdict = "meets" if ratio <= 2.5 else "MISSES"
-    print(f"rejection / bare import = {ratio:.2f}x ({verdict} the 2.5x target)")
+    verdict = "meets" if ratio <= 2.0 else "MISSES"
+    print(f"rejection / bare import = {ratio:.2f}x ({verdict} the 2.0x target, {what})\n")
 
 
 if __name__ == "__main__":

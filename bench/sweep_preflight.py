@@ -9,7 +9,12 @@ composes once per group selection. Both sides run on the same points, in one pro
 alternating which goes first; the script prints per-point medians, their ratio and the
 wall time of the whole pre-flight. Goal: 1,000 points in at most 5 s.
 
-Usage: python bench/sweep_preflight.py [--repeats 3] [--sizes 10 100 1000]
+``--baseline DIR`` compares with another checkout instead (``DIR`` first on the path, as
+``PYTHONPATH=DIR`` does): each side runs each grid in a fresh process (no cache carried
+over), the two sides alternating which goes first; it prints both sides' per-point
+medians and their ratio.
+
+Usage: python bench/sweep_preflight.py [--repeats 3] [--sizes 10 100 1000] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
+import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -46,7 +54,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--grids", nargs="+", default=list(GRIDS), choices=list(GRIDS))
+    parser.add_argument("--baseline", help="another checkout to compare with, side by side")
+    parser.add_argument("--one", nargs=2, metavar=("GRID", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one:
+        print(_one(args.one[0], int(args.one[1])))
+        return
+    if args.baseline:
+        _against(args.baseline, args)
+        return
 
     from hydra._internal.callbacks import Callbacks
 
@@ -95,6 +111,53 @@ def main() -> None:
                 f"{ours_t / size * 1e3:>9.2f} ms {ours_t / hydra_t:>6.2f}x {ours_t:>7.2f} s"
             )
     print("pre-flight: compose + structure + bounds + validators + world, per point")
+
+
+def _one(grid: str, size: int) -> float:
+    """Seconds of one pre-flight of the grid's first ``size`` points, in a fresh process."""
+    from hydra._internal.callbacks import Callbacks
+
+    loader = make_loader()
+    from hydra_plugins.art_hydra_preflight.preflight_sweeper import PreflightSweeper
+
+    points = [list(p) for p in itertools.product(*GRIDS[grid])][:size]
+    with TemporaryDirectory() as tmp:
+        sweep_dir = f"hydra.sweep.dir={Path(tmp) / 'sweep'}"
+        master = loader.load_configuration(CONFIG_NAME, [sweep_dir], run_mode=RunMode.MULTIRUN)
+        sweeper = PreflightSweeper()
+        sweeper.config = master
+        sweeper.hydra_context = HydraContext(config_loader=loader, callbacks=Callbacks())
+        start = time.perf_counter()
+        found = sweeper.preflight(points)
+        took = time.perf_counter() - start
+    assert not any(errors(p) for p in found), "the benchmark's points must be valid"
+    return took
+
+
+def _side(path: str | None, grid: str, size: int) -> float:
+    env = dict(os.environ)
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join([path, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    command = [sys.executable, __file__, "--one", grid, str(size)]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def _against(baseline: str, args: argparse.Namespace) -> None:
+    """This checkout beside ``baseline``, each run in its own process, alternating."""
+    print(f"{'grid':>7} {'points':>7} {'baseline':>12} {'this':>10} {'ratio':>7}")
+    for grid, size in itertools.product(args.grids, args.sizes):
+        times: dict[str | None, list[float]] = {baseline: [], None: []}
+        for i in range(args.repeats):
+            for side in [baseline, None] if i % 2 == 0 else [None, baseline]:
+                times[side].append(_side(side, grid, size))
+        base_t, this_t = (statistics.median(times[s]) for s in (baseline, None))
+        print(
+            f"{grid:>7} {size:>7} {base_t / size * 1e3:>9.2f} ms {this_t / size * 1e3:>7.2f} ms "
+            f"{base_t / this_t:>6.2f}x",
+            flush=True,
+        )
+    print(f"baseline: {baseline}; per-point medians of {args.repeats} fresh processes a side")
 
 
 if __name__ == "__main__":

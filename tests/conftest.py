@@ -107,16 +107,77 @@ def report_entries(out: str) -> list[tuple[str, str, str]]:
     return [(key, value, fix) for key, value, fix in entries]
 
 
+def _cli_env(env: dict[str, str] | None) -> dict[str, str]:
+    full_env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    full_env.update(env or {})
+    return full_env
+
+
+#: Set to 1 to run every CLI call as a fresh subprocess (to compare against the zygote).
+ALWAYS_FRESH = os.environ.get("ART_HYDRA_TESTS_FRESH") == "1"
+_zygote: list[Any] = []  # this worker's CLI zygote (tests/cli_zygote.py), once started
+#: The environment this worker started with, before any test changed it: the zygote's.
+_START_ENV = _cli_env(None)
+
+
+def _cli_zygote() -> Any:
+    """This worker's zygote, started on first use with the worker's own starting
+    environment (a command whose environment would start an interpreter differently
+    runs fresh instead)."""
+    import tempfile
+
+    from cli_zygote import Zygote
+
+    if not _zygote:
+        _zygote.append(Zygote(ART_HYDRA, _START_ENV))
+        _zygote.append(tempfile.mkdtemp(prefix="art-hydra-cli-"))
+    return _zygote[0]
+
+
+def _stop_zygote() -> None:
+    if _zygote:
+        import shutil
+
+        _zygote[0].close()
+        shutil.rmtree(_zygote[1], ignore_errors=True)
+        _zygote.clear()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _stop_zygote()
+
+
 def run_cli(
     *args: str,
     cwd: Path,
     env: dict[str, str] | None = None,
     module: bool = False,
+    fresh: bool = False,
     timeout: float = 120,
 ) -> subprocess.CompletedProcess:
-    """Run ``art-hydra ARGS`` (or ``python -m art_hydra ARGS``) and capture its output."""
-    full_env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    full_env.update(env or {})
+    """Run ``art-hydra ARGS`` (or ``python -m art_hydra ARGS``) and capture its output.
+
+    The command runs in a child forked from this worker's CLI zygote
+    (tests/cli_zygote.py): its own process, working folder, environment and output,
+    without an interpreter start and the imports. ``fresh=True`` (and ``module=True``, or
+    an ``env`` that changes ``PYTHON*`` or locale variables) runs a new interpreter
+    instead, for tests about what happens when a process starts: which modules it
+    imports, the console script itself, variables read at start."""
+    full_env = _cli_env(env)
+    from cli_zygote import starts_differently
+
+    if not (module or fresh or ALWAYS_FRESH):
+        zygote = _cli_zygote()
+        if not starts_differently(full_env, zygote.env):
+            try:
+                return zygote.run(
+                    list(args), cwd=str(cwd), env=full_env, timeout=timeout, scratch=_zygote[1]
+                )
+            except subprocess.TimeoutExpired:
+                raise
+            except BaseException:  # interrupted mid-command: the next call starts anew
+                _stop_zygote()
+                raise
     cmd = [sys.executable, "-m", "art_hydra", *args] if module else [ART_HYDRA, *args]
     return subprocess.run(
         cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
@@ -142,8 +203,7 @@ def start_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subpr
     """Start ``art-hydra ARGS`` in its own session, so signals reach it as they would
     from a terminal (a background job started by a non-interactive shell ignores
     SIGINT, and Python keeps it ignored)."""
-    full_env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    full_env.update(env or {})
+    full_env = _cli_env(env)
     return subprocess.Popen(
         [ART_HYDRA, *args],
         cwd=cwd,

@@ -6,10 +6,12 @@ Shared by the engine tests (imported by name: pytest puts this folder on ``sys.p
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
+from family_matrix import describe, sample
 
 from art_hydra import compose
 from art_hydra.engine.backends.layout import row_layout
@@ -205,24 +207,6 @@ HYBRIDS: dict[str, tuple[str, dict[str, Any]]] = {
     "minimax": ("minimax", {"num_local_experts": 4, "block_size": 16}),
 }
 
-#: The hybrids the model tier runs (one Mamba-2 + attention hybrid, one gated delta net
-#: + attention hybrid, one pure state-space model); the others run in the slow tier.
-QUICK_HYBRIDS = frozenset({"falcon_h1", "qwen3_next", "mamba"})
-
-
-def family_params(names: Any) -> list[Any]:
-    """``names`` as pytest params, the hybrids outside QUICK_HYBRIDS marked slow (each
-    builds and runs a model of its own; together they would double the model tier)."""
-    import pytest
-
-    return [
-        pytest.param(name, marks=pytest.mark.slow)
-        if name in HYBRIDS and name not in QUICK_HYBRIDS
-        else name
-        for name in sorted(names)
-    ]
-
-
 #: id -> (model_type, extra config, the mask form its layout must use, left-pads prompts)
 FAMILIES: dict[str, tuple[str, dict[str, Any], MaskForm, bool]] = {
     "llama": ("llama", {}, PACKED, True),
@@ -268,3 +252,70 @@ FAMILIES: dict[str, tuple[str, dict[str, Any], MaskForm, bool]] = {
     ),
     **{name: (model_type, extra, PADDED, False) for name, (model_type, extra) in HYBRIDS.items()},
 }
+
+
+#: The hybrids the model tier runs (one Mamba-2 + attention hybrid, one gated delta net
+#: + attention hybrid, one pure state-space model); the others run in the slow tier.
+QUICK_HYBRIDS = frozenset({"falcon_h1", "qwen3_next", "mamba"})
+_WINDOWS = {"mistral-window4", "gemma3_text-window4", "gpt_oss-eager-window4"}
+_MOE_HYBRIDS = {"granitemoehybrid", "jamba", "nemotron_h", "qwen3_next", "qwen3_5_moe_text"}
+_MOE_HYBRIDS |= {"kimi_linear", "lfm2_moe", "minimax"}
+#: Behaviour class -> the families that have it: each run trains one of each
+#: (tests/family_matrix.py). A new family joins the classes its behaviour puts it in.
+CLASSES: dict[str, set[str]] = {
+    "packed rows, boolean block mask": {n for n, f in FAMILIES.items() if f[2] == PACKED},
+    "packed rows, additive block mask (eager)": {
+        n for n, f in FAMILIES.items() if f[2] == ADDITIVE
+    },
+    "attention switched after loading": {"llama-eager"},
+    "a window that binds: one sequence per row": _WINDOWS,
+    "a window covering the row: packs": {"mistral-window64", "gemma3_text-window64"},
+    "sliding and full layers mixed": {n for n in FAMILIES if n.startswith(("gemma3", "gpt"))},
+    "attention sinks": {"gpt_oss-eager", "gpt_oss-eager-window4"},
+    "soft-capped logits": {"gemma2-eager"},
+    "tied head": {"gemma", "gemma2-eager", "gemma3_text-window4", "gemma3_text-window64"}
+    | {"smollm3", "mamba", "falcon_mamba", "zamba"},
+    "experts": {"mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss-eager"} | _MOE_HYBRIDS,
+    "short convolution (batched by length)": {"lfm2-conv", "lfm2_moe"},
+    "Mamba-2 + attention hybrid": {"falcon_h1", "bamba", "granitemoehybrid", "nemotron_h"}
+    | {"zamba2"},
+    "Mamba-1 + attention hybrid": {"jamba", "zamba"},
+    "gated delta net + attention hybrid": {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
+    | {"olmo_hybrid", "kimi_linear"},
+    "pure state-space": {"mamba", "mamba2", "falcon_mamba"},
+    "lightning attention": {"minimax"},
+}
+#: The families this run trains: every class's representative (all of them under
+#: ``ART_HYDRA_FULL_MATRIX=1``).
+MATRIX = sample(CLASSES, FAMILIES)
+
+
+def family_params(names: Any) -> list[Any]:
+    """The families of ``names`` this run trains (:data:`MATRIX`, plus a member of any
+    class ``names`` holds that MATRIX does not cover there), as pytest params; the
+    hybrids outside QUICK_HYBRIDS marked slow (each builds and runs a model of its own;
+    together they would double the model tier)."""
+    import pytest
+
+    return [
+        pytest.param(name, marks=pytest.mark.slow)
+        if name in HYBRIDS and name not in QUICK_HYBRIDS
+        else name
+        for name in sample(CLASSES, names, MATRIX, extra=0)
+    ]
+
+
+_SAVED: dict[str, Path] = {}
+
+
+def family_folder(name: str, tmp_path_factory: Any) -> Path:
+    """FAMILIES[name] saved once per session (per xdist worker): the modules that load
+    a family read the same folder (loading never writes to it)."""
+    if name not in _SAVED:
+        model_type, extra, _, _ = FAMILIES[name]
+        _SAVED[name] = save_family(tmp_path_factory.mktemp(name), model_type, extra)
+    return _SAVED[name]
+
+
+if __name__ == "__main__":  # the Makefile's line before the tiers that train
+    sys.stdout.write(describe(MATRIX, FAMILIES) + "\n")

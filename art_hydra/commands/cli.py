@@ -13,6 +13,7 @@ its own config in :func:`art_hydra.train` (it may run on another machine).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -26,7 +27,6 @@ from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from art_hydra.commands.launch import anchor_paths, as_job, report_and_exit, run_checked
 from art_hydra.config import hydra_compat
 from art_hydra.config.composition import (
     CONFIG_NAME,
@@ -45,7 +45,6 @@ from art_hydra.config.trust import Hand, by_hand, hand_of, trust_problems
 from art_hydra.errors import full_error
 from art_hydra.import_path import import_named_from
 from art_hydra.runs import interrupts
-from art_hydra.sweeps.plugins import register_sweeper, wrap_launchers
 
 
 @hydra.main(config_path=config_path(), config_name=CONFIG_NAME, version_base="1.3")
@@ -57,6 +56,7 @@ def hydra_main(cfg: DictConfig) -> Any:
     run's summary."""
     from hydra.core.hydra_config import HydraConfig
 
+    from art_hydra.commands.launch import anchor_paths, as_job
     from art_hydra.engine.distributed import adopt_submitit_tasks
 
     if adopt_submitit_tasks():
@@ -233,6 +233,8 @@ def _main() -> None:
             checked, loader = precheck
             _run_checked(checked, loader, args)
             return
+    from art_hydra.sweeps.plugins import register_sweeper, wrap_launchers
+
     register_sweeper()  # after the check: Hydra's plugin scan imports every launcher
     wrap_launchers()
     hydra_main()
@@ -284,7 +286,6 @@ def _precheck(args: Any) -> tuple[Composition, ConfigLoader] | None:
     from art_hydra.config.problems import format_report
     from art_hydra.config.yaml_guard import config_file_problems
     from art_hydra.preflight import add_world_problems
-    from art_hydra.run import dry_run_report
 
     unsafe = config_file_problems(args.config_dir, args.config_path)
     if unsafe:
@@ -310,13 +311,17 @@ def _precheck(args: Any) -> tuple[Composition, ConfigLoader] | None:
         _refuse_a_sweep_under_torchrun(master)
         _reject_if_bad(master)
         return None
-    add_world_problems(result)
+    reuse: dict = {}  # the environment's verdicts, for this report's configs alone
+    world = functools.partial(add_world_problems, reuse=reuse)
+    world(result)
     if not result.ok:  # the fixes' own problems join the report: refusals only
-        revealed = revealed_by_fixes(result, loader, config_name, overrides, add_world_problems)
+        revealed = revealed_by_fixes(result, loader, config_name, overrides, world)
         _reject_if_bad(result, revealed)
     announce_warnings(result.problems)
     assert result.resolved is not None
     if result.resolved.dry_run:
+        from art_hydra.run import dry_run_report
+
         print(dry_run_report(result.resolved, result.hydra, before_hydra=True))
         sys.exit(0)
     return result, loader
@@ -325,6 +330,8 @@ def _precheck(args: Any) -> tuple[Composition, ConfigLoader] | None:
 def _run_checked(checked: Composition, loader: ConfigLoader, args: Any) -> None:
     """Run the checked single run as Hydra's job (:mod:`art_hydra.commands.launch`); the
     ranks of a torchrun job that cannot meet end with a report."""
+    from art_hydra.commands.launch import report_and_exit, run_checked
+
     config_name = args.config_name or CONFIG_NAME
     try:
         run_checked(checked, loader, config_name, list(args.overrides))

@@ -14,19 +14,23 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import io
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
 import hydra
 import omegaconf
+import yaml
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.types import Override
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf.nodes import ValueNode
 
 #: Release series this module was written and tested against.
 WRITTEN_FOR = {"hydra-core": "1.3.", "omegaconf": "2.3."}
@@ -363,7 +367,6 @@ class _CachingLoaderMixin:
         self._parsed: dict[str, Override] = {}
         self._repos: dict[tuple, Any] = {}
         self._bases: dict[tuple, _ComposedSelection] = {}
-        self._seen: set[tuple] = set()
 
     def load_configuration(
         self,
@@ -498,21 +501,21 @@ class _CachingLoaderMixin:
             ConfigSourceInfo(path=x.path, schema=x.scheme(), provider=x.provider)
             for x in repo.get_sources()
         ]
+        same_split = [o.input_line for o in defaults.config_overrides] == [
+            o.input_line for o in values
+        ]
         base = _ComposedSelection(
-            copy.deepcopy(cfg) if key in self._seen else cfg,
+            copy.deepcopy(cfg) if same_split else cfg,
             dict(defaults.overrides.known_choices),
             sources,
             self._repos[key[0]]._art_hydra_signature,
             files,
         )
-        # Kept from the second composition of a selection on: a one-off (the
-        # command line's single run) does not pay for the copy.
-        same_split = [o.input_line for o in defaults.config_overrides] == [
-            o.input_line for o in values
-        ]
-        if same_split and key in self._seen:
+        # Kept from the first composition of a selection on: a copy costs a few percent
+        # of composing, and the command line's refused single run composes its fixes
+        # with the same selection again (:func:`~art_hydra.config.composition.revealed_by_fixes`).
+        if same_split:
             self._bases[key] = base
-        self._seen.add(key)
         return cfg, base
 
     @staticmethod
@@ -712,12 +715,92 @@ def _bounded_result(source: Any, text: str, where: str) -> Any:
     why = text_refusal(text)
     if why is not None:
         raise _refuse(where, why)
+    parsed = _PARSED.get((where, text))
+    if parsed is None:
+        parsed = _shipped_load(text) if _shipped(where) else OmegaConf.load(io.StringIO(text))
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[where, text] = parsed
     return ConfigResult(
-        config=OmegaConf.load(io.StringIO(text)),
+        config=copy.deepcopy(parsed),  # composing merges into what the repository holds
         path=f"{source.scheme()}://{source.path}",
         provider=source.provider,
         header=source._get_header_dict(text[:512]),
     )
+
+
+def _shipped(where: str) -> bool:
+    """Whether the file ``where`` is one of art_hydra's own config files."""
+    folder = _shipped_folder()
+    return folder is not None and where.startswith(folder + os.sep)
+
+
+@functools.cache
+def _shipped_folder() -> str | None:
+    """art_hydra's own config folder (``art_hydra.conf``, installed or in a checkout)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("art_hydra.conf")
+    except ImportError:
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    return os.path.realpath(os.path.dirname(spec.origin))
+
+
+def _shipped_load(text: str) -> Any:
+    """``OmegaConf.load`` of one of art_hydra's own config files, read by libyaml (five
+    times faster than PyYAML's Python reader) with OmegaConf's own resolvers and its
+    duplicate-key check; a user's file keeps OmegaConf's reader, errors and all. A text
+    libyaml does not take goes to OmegaConf's reader, whose error is the one reported."""
+    loader = _libyaml_loader()
+    try:
+        obj = yaml.load(text, Loader=loader) if loader is not None else None
+    except Exception:
+        loader = None
+    if loader is None or not isinstance(obj, (dict, list, type(None))):
+        return OmegaConf.load(io.StringIO(text))
+    return OmegaConf.create() if obj is None else OmegaConf.create(obj)
+
+
+@functools.cache
+def _libyaml_loader() -> Any:
+    """OmegaConf's YAML loader (``omegaconf._utils.get_yaml_loader``) on libyaml's reader:
+    the same implicit resolvers (its floats, no timestamps) and duplicate keys refused."""
+    from omegaconf._utils import get_yaml_loader
+
+    if not getattr(yaml, "__with_libyaml__", False):
+        return None
+    pure = get_yaml_loader()
+
+    class Loader(yaml.CSafeLoader):  # type: ignore[misc,name-defined]
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            keys = set()  # OmegaConfLoader.construct_mapping's check, word for word
+            for key_node, _ in node.value:
+                if key_node.tag != yaml.resolver.BaseResolver.DEFAULT_SCALAR_TAG:
+                    continue
+                if key_node.value in keys:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"found duplicate key {key_node.value}",
+                        key_node.start_mark,
+                    )
+                keys.add(key_node.value)
+            return super().construct_mapping(node, deep=deep)
+
+    Loader.yaml_implicit_resolvers = {
+        key: list(found) for key, found in pure.yaml_implicit_resolvers.items()
+    }
+    return Loader
+
+
+#: Each config file's text as parsed, by its place and its whole text (a changed file is
+#: another key): a refused config's diagnosis and its fixes compose again, a sweep once
+#: per group selection, and parsing YAML costs about ten times copying what it gave.
+_PARSED: dict[tuple[str, str], Any] = {}
+_PARSED_MAX = 512
 
 
 def _bounded_file_load(self: Any, config_path: str) -> Any:
@@ -772,6 +855,48 @@ def _bounded_pkg_load(self: Any, config_path: str) -> Any:
 
 
 guard_config_reads()
+
+
+# ---- an interpolation's text parsed once per process -----------------------------------
+
+#: OmegaConf's parse trees by ``(text, rule, mode)``: OmegaConf parses an interpolation's
+#: text with ANTLR each time a node holding it is made (to validate it, every load, merge
+#: and copy of a composition) and each time it resolves one; the same dozen texts come
+#: back at every composition.
+_TREES: dict[tuple[str, str, str], Any] = {}
+_TREES_MAX = 4096
+
+
+def parse_interpolations_once() -> None:
+    """Serve OmegaConf's ``grammar_parser.parse`` from :data:`_TREES`. A tree is only
+    read after its parse (OmegaConf's resolver visits it, and validation drops it), and
+    its tokens keep their own input, so one tree serves every node holding that text; a
+    text that does not parse raises each time, as before. Idempotent."""
+    import omegaconf._utils
+    import omegaconf.base
+    from omegaconf import grammar_parser
+
+    if getattr(omegaconf.base.parse, "_art_hydra_once", False):
+        return
+    original = grammar_parser.parse
+
+    @functools.wraps(original)
+    def parse(value: str, parser_rule: str = "configValue", lexer_mode: str = "DEFAULT_MODE"):  # type: ignore[no-untyped-def]
+        key = (value, parser_rule, lexer_mode)
+        tree = _TREES.get(key)
+        if tree is None:
+            tree = original(value, parser_rule, lexer_mode)
+            if len(_TREES) >= _TREES_MAX:
+                _TREES.clear()
+            _TREES[key] = tree
+        return tree
+
+    parse._art_hydra_once = True  # type: ignore[attr-defined]
+    omegaconf._utils.parse = parse  # type: ignore[attr-defined]
+    omegaconf.base.parse = parse  # type: ignore[attr-defined]
+
+
+parse_interpolations_once()
 
 
 # ---- which file set what ---------------------------------------------------------------
@@ -871,3 +996,135 @@ def resolve_text(cfg: DictConfig, text: str) -> Any:
             return OmegaConf.select(cfg, f"hydra.{probe}", throw_on_missing=True)
         finally:
             cfg.hydra.pop(probe, None)
+
+
+# Read tracing (art_hydra.sweeps.read_trace): a sweep check's verdict is remembered by the
+# config values it read, which OmegaConf reaches through private methods only.
+
+#: The key recorded for a write into a container (or into a value node of it).
+TRACE_WRITE = "\0write"
+#: The key recorded for a container read as a whole without ``_get_node`` (its text).
+TRACE_WHOLE = "\0whole"
+#: Thread id -> its running traces, innermost last (a thread's reads feed only its own).
+_TRACES: dict[int, list[list[tuple[Any, Any]]]] = {}
+_TRACE_LOCK = threading.Lock()
+_TRACE_ORIGINALS: dict[tuple[type, str], Any] = {}
+_ABSENT = object()
+
+
+def _innermost() -> list[tuple[Any, Any]] | None:
+    """The calling thread's innermost trace, if it has one: a bound method kept past its
+    trace, or a call from another thread, records nothing."""
+    stack = _TRACES.get(threading.get_ident())
+    return stack[-1] if stack else None
+
+
+def _recording_read(original: Any) -> Callable[..., Any]:
+    def _get_node(self: Any, key: Any, *args: Any, **kwargs: Any) -> Any:
+        reads = _innermost()
+        if reads is not None:
+            reads.append((self, key))
+        return original(self, key, *args, **kwargs)
+
+    return _get_node
+
+
+def _recording_write(original: Any) -> Callable[..., Any]:
+    def write(self: Any, *args: Any, **kwargs: Any) -> Any:
+        reads = _innermost()
+        if reads is not None:
+            owner = self._get_parent() if isinstance(self, ValueNode) else self
+            reads.append((owner, TRACE_WRITE))
+        return original(self, *args, **kwargs)
+
+    return write
+
+
+def _recording_whole(original: Any) -> Callable[..., Any]:
+    def whole(self: Any, *args: Any) -> Any:
+        reads = _innermost()
+        if reads is not None:
+            reads.append((self, TRACE_WHOLE))
+        return original(self, *args)
+
+    return whole
+
+
+def _traced_methods() -> Iterator[tuple[type, str, str]]:
+    from omegaconf import ListConfig
+    from omegaconf.basecontainer import BaseContainer
+
+    for cls in (DictConfig, ListConfig):
+        yield cls, "_get_node", "read"
+        for name in ("_set_value", "__delitem__", "pop"):
+            yield cls, name, "write"
+        for name in ("__str__", "__repr__", "__format__"):
+            yield cls, name, "whole"  # they read ``_content`` directly
+    yield ValueNode, "_set_value", "write"
+    yield BaseContainer, "_set_item_impl", "write"
+    yield ListConfig, "insert", "write"
+    yield ListConfig, "append", "write"
+
+
+def _patch_traced_methods(on: bool) -> None:
+    if on:
+        for cls, name, what in _traced_methods():
+            _TRACE_ORIGINALS[(cls, name)] = cls.__dict__.get(name, _ABSENT)
+            wrap = {"read": _recording_read, "write": _recording_write}.get(what, _recording_whole)
+            setattr(cls, name, wrap(getattr(cls, name)))
+        return
+    for (cls, name), original in reversed(list(_TRACE_ORIGINALS.items())):
+        if original is _ABSENT:
+            delattr(cls, name)
+        else:
+            setattr(cls, name, original)
+    _TRACE_ORIGINALS.clear()
+
+
+@contextlib.contextmanager
+def traced_reads() -> Iterator[list[tuple[Any, Any]]]:
+    """The (container, key) pairs this thread reads while inside: every ``_get_node`` call
+    (attributes, ``select``, ``to_container`` and interpolations all go through it), a
+    container's text as ``(container, TRACE_WHOLE)`` and a write as ``(owner,
+    TRACE_WRITE)``. Nested traces feed their outer one; the methods are patched while any
+    thread traces, and record only for the thread that is tracing."""
+    me = threading.get_ident()
+    reads: list[tuple[Any, Any]] = []
+    with _TRACE_LOCK:
+        if not _TRACES:
+            _patch_traced_methods(True)
+        stack = _TRACES.setdefault(me, [])
+        stack.append(reads)
+    try:
+        yield reads
+    finally:
+        with _TRACE_LOCK:
+            stack.pop()
+            if stack:
+                stack[-1].extend(reads)
+            else:
+                del _TRACES[me]
+                if not _TRACES:
+                    _patch_traced_methods(False)
+
+
+def node_children(node: Any) -> Any:
+    """A container's own content, untraced and unresolved: a dict or list of child nodes,
+    or None / ``???`` / an interpolation's text. Setting a container to one of those (or to
+    a new dict) swaps this object and keeps the node, so its identity tells a swap."""
+    return node.__dict__["_content"]
+
+
+def node_value(node: Any) -> Any:
+    """A node's value as written, interpolations unresolved."""
+    return node._value()
+
+
+def node_is_special(node: Any) -> bool:
+    """A container holding no children: None, ``???`` or an interpolation."""
+    return bool(node._is_none() or node._is_missing() or node._is_interpolation())
+
+
+def node_parent(node: Any) -> Any:
+    """The container a node lies in (None for a root)."""
+    return node._get_parent()

@@ -220,19 +220,40 @@ def marker_in_source(path: str, role: str) -> bool | None:
     source = module_source(module)
     if source is None:
         return None
+    decorators = _top_level_decorators(source)
+    if decorators is None or name not in decorators:
+        return None
+    return role in decorators[name]
+
+
+#: (resolved path, size, mtime_ns) -> each top-level def's decorator names (the last def
+#: of a name wins); a sweep's world checks ask about the same few files at every point.
+_DECORATORS: dict[tuple[str, int, int], dict[str, tuple[str | None, ...]]] = {}
+_DECORATORS_MAX = 64
+
+
+def _top_level_decorators(source: Path) -> dict[str, tuple[str | None, ...]] | None:
+    """Decorator names of each top-level ``def``/``class`` in ``source``, parsed once per
+    version of the file (None: it cannot be read or parsed)."""
     try:
+        before = source.stat()
+        key = (str(source.resolve()), before.st_size, before.st_mtime_ns)
+        if key in _DECORATORS:
+            return _DECORATORS[key]
         tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
+        after = source.stat()
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
-    defs = [
-        node
+    found = {
+        node.name: tuple(_decorator_name(d) for d in node.decorator_list)
         for node in tree.body
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-        and node.name == name
-    ]
-    if not defs:
-        return None
-    return any(_decorator_name(d) == role for d in defs[-1].decorator_list)  # the last wins
+    }
+    if (after.st_size, after.st_mtime_ns) == key[1:]:  # not changed while read
+        if len(_DECORATORS) >= _DECORATORS_MAX:
+            _DECORATORS.pop(next(iter(_DECORATORS)))
+        _DECORATORS[key] = found
+    return found
 
 
 def _decorator_name(node: ast.expr) -> str | None:

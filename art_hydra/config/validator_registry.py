@@ -71,21 +71,29 @@ def run_validators(cfg: DictConfig) -> list[Problem]:
     skipped; one that crashes becomes a problem of its own rather than a traceback, so
     the report stays complete.
     """
-    validators = registered_validators()
     problems = REGISTRY.load_problems()
-    for name, fn in validators.items():
-        try:
-            problems.extend(fn(cfg) or ())
-        except MissingMandatoryValue:
-            continue
-        except Exception as exc:
-            problems.append(
-                Problem(
-                    f"validator {name}",
-                    type(exc).__name__,
-                    f"the validator crashed: {exc}",
-                    fix(note="fix the validator, or uninstall the package that registers it"),
-                    Kind.plugin,
-                )
+    for name, fn in registered_validators().items():
+        problems.extend(run_one_validator(name, fn, cfg))
+    return problems
+
+
+def run_one_validator(name: str, fn: ValidatorFn, cfg: DictConfig) -> list[Problem]:
+    """What one validator finds on ``cfg``: what it yielded before a missing value or a
+    crash is kept, and a crash is a problem of its own (the sweep pre-flight runs each
+    validator through this too, so both ways report alike)."""
+    problems: list[Problem] = []
+    try:
+        problems.extend(fn(cfg) or ())
+    except MissingMandatoryValue:
+        pass
+    except Exception as exc:
+        problems.append(
+            Problem(
+                f"validator {name}",
+                type(exc).__name__,
+                f"the validator crashed: {exc}",
+                fix(note="fix the validator, or uninstall the package that registers it"),
+                Kind.plugin,
             )
+        )
     return problems

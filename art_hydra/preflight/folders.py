@@ -10,6 +10,9 @@ instead of ``hydra.run.dir`` (:func:`for_sweep`).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -252,6 +255,32 @@ def creation_refusal(folder: Path) -> str | None:
         above = above.parent
     if not above.is_dir():
         return f"cannot be created: {above} is not a folder."
+    probed = _PROBED.get()
+    if probed is None:
+        return _probe(above)
+    if above not in probed:
+        probed[above] = _probe(above)
+    return probed[above]
+
+
+#: The verdict of each folder probed while :func:`remembered_probes` is active.
+_PROBED: ContextVar[dict[Path, str | None] | None] = ContextVar(
+    "art_hydra_probed_folders", default=None
+)
+
+
+@contextmanager
+def remembered_probes(probed: dict[Path, str | None]) -> Iterator[None]:
+    """Probe each folder once while inside, its verdict kept in ``probed``: a sweep's job
+    folders share the folder above them, which the pre-flight does not change."""
+    token = _PROBED.set(probed)
+    try:
+        yield
+    finally:
+        _PROBED.reset(token)
+
+
+def _probe(above: Path) -> str | None:
     import tempfile
 
     try:

@@ -10,6 +10,7 @@ order the report lists them.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -47,6 +48,7 @@ def world_problems(
     devices_here: bool = True,
     sweep: bool | None = None,
     failed: frozenset[str] = frozenset(),
+    reuse: dict | None = None,
 ) -> list[Problem]:
     """Everything the files and the environment say about ``cfg`` (a resolved config).
 
@@ -57,9 +59,10 @@ def world_problems(
     ``devices_here=False`` leaves GPUs to the job, for a launcher that runs it on other
     machines (a SLURM sweep is often sent from a login node without one). ``sweep``:
     whether ``cfg`` is a sweep job's (its folder fixes then name ``hydra.sweep.dir``;
-    None: as Hydra says in a job, else no).
+    None: as Hydra says in a job, else no). ``reuse``: the environment's verdicts on the
+    configs checked before in one report (:func:`_environment_once`).
     """
-    found = environment_problems(cfg, devices_here, failed)
+    found = _environment_once(cfg, devices_here, failed, reuse)
     # The data is counted now: a run sized by trainer.num_train_epochs gets its steps
     # here, once, before the run folder's checks compare them with a resume's.
     found += sizing_problems(cfg, failed)
@@ -143,6 +146,27 @@ def environment_problems(
     return found
 
 
+def _environment_once(
+    cfg: DictConfig, devices_here: bool, failed: frozenset[str], reuse: dict | None
+) -> list[Problem]:
+    """:func:`environment_problems`, or its verdict on a config checked before into
+    ``reuse`` that agrees with ``cfg`` on every section the checks read and on the
+    sections skipped (:data:`ENVIRONMENT_SECTIONS`' contract): a refused run's fixes
+    change a trainer value, and the data is not streamed again to check them. Kept for
+    one report only: files may change between two commands."""
+    if reuse is None:
+        return environment_problems(cfg, devices_here, failed)
+    try:
+        raw: Any = OmegaConf.to_container(cfg, resolve=False)
+        flawed = sorted({_section(k) for k in failed if _unreadable_value(cfg, k)})
+        key = repr((devices_here, flawed, [raw.get(s) for s in environment_sections()]))
+    except Exception:  # a config that cannot be keyed is simply checked
+        return environment_problems(cfg, devices_here, failed)
+    if key not in reuse:
+        reuse[key] = environment_problems(cfg, devices_here, failed)
+    return list(reuse[key])
+
+
 def _unreadable_value(cfg: DictConfig, key: str) -> bool:
     """Whether ``key`` (a key composition refused) still holds no value a check could
     read: ``???`` (a mandatory value put back to its default) or an interpolation that
@@ -203,9 +227,12 @@ def strictly(cfg: DictConfig, found: list[Problem]) -> list[Problem]:
     return found
 
 
-def add_world_problems(result: Composition, *, devices_here: bool = True) -> None:
+def add_world_problems(
+    result: Composition, *, devices_here: bool = True, reuse: dict | None = None
+) -> None:
     """Append the world's findings on a composed config to its report (a key whose value
-    already has an error is not checked again)."""
+    already has an error is not checked again). ``reuse``: one dict for the configs of
+    one report (a refused run and its fixes, :func:`_environment_once`)."""
     if result.resolved is None:
         return
     if result.composed is not None:  # what the run's records keep as expressions
@@ -219,6 +246,7 @@ def add_world_problems(result: Composition, *, devices_here: bool = True) -> Non
             devices_here=devices_here,
             sweep=sweep or None,
             failed=frozenset(failed),
+            reuse=reuse,
         )
     result.problems += [p for p in world if p.key not in failed]
 

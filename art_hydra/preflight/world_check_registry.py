@@ -18,7 +18,9 @@ crashes is reported by name.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,9 +74,29 @@ def world_check(
     return register(fn) if fn is not None else register
 
 
+#: How checks are handed out while :func:`adapted_checks` is active (a sweep's pre-flight
+#: remembers each check's verdict by the values it read).
+_ADAPT: ContextVar[Callable[[WorldCheck], WorldCheck] | None] = ContextVar(
+    "art_hydra_adapt_world_checks", default=None
+)
+
+
 def registered_world_checks() -> dict[str, WorldCheck]:
     """Built-in and plugin world checks, in registration order (plugins loaded once)."""
-    return REGISTRY.entries()
+    checks = REGISTRY.entries()
+    adapt = _ADAPT.get()
+    return checks if adapt is None else {name: adapt(c) for name, c in checks.items()}
+
+
+@contextmanager
+def adapted_checks(adapt: Callable[[WorldCheck], WorldCheck]) -> Iterator[None]:
+    """Hand every check out through ``adapt`` while inside, wherever the checks are run
+    from: the loop that runs them stays the one a single run uses."""
+    token = _ADAPT.set(adapt)
+    try:
+        yield
+    finally:
+        _ADAPT.reset(token)
 
 
 def plugin_problems() -> list[Problem]:

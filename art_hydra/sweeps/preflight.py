@@ -6,8 +6,10 @@ differ in a few values. :class:`PointChecker` composes once per distinct group s
 (the *base*), keeps the base both as Hydra composed it and resolved onto the schema,
 and checks a point by setting its values on them, re-resolving what is interpolated,
 running the bounds and every validator, and putting the base back. What does not vary
-is shared: the trust check's group contents, and the verdict of the task, model and
-backend checks per distinct combination of the sections they read.
+is shared: the trust check's group contents and verdict, the job-independent
+interpolations' values, the probe of the sweep folder, and each validator's and world
+check's verdict by the values it read (:mod:`art_hydra.sweeps.remembered_checks`), so a
+point that changes a value re-runs only the checks that read it.
 
 The fast way is taken only where it is sure to agree with full composition: plain
 ``key=value`` overrides of scalar run-config values on a base without problems of its
@@ -38,20 +40,16 @@ from art_hydra.config.composition import (
     Composition,
     _group_content,
     compose_and_check,
-    rule_problems,
     settle,
 )
 from art_hydra.config.fields import info_of
 from art_hydra.config.problems import Kind, Problem, fix
 from art_hydra.config.structure import HYDRA_KEY, fit
 from art_hydra.config.trust import Hand, by_hand, trust_problems
-from art_hydra.preflight.runner import (
-    add_world_problems,
-    environment_problems,
-    environment_sections,
-    folder_problems,
-    strictly,
-)
+from art_hydra.preflight.folders import remembered_probes
+from art_hydra.preflight.runner import add_world_problems, folder_problems, strictly
+from art_hydra.sweeps import remembered_checks
+from art_hydra.sweeps.read_trace import Memo, Tree
 
 _SCALARS = (bool, int, float, str, Enum, type(None))
 #: The run-config keys the trust check reads (under these sections).
@@ -59,6 +57,13 @@ _TRUST = ("model.", "task.")
 #: Interpolations in the ``hydra`` node that cannot read a run-config value.
 #: A sweep folder whose only interpolations are timestamps (fixed for the whole sweep).
 _HYDRA_ONLY_NOW = re.compile(r"(?:[^$]|\$\{now:[^}]*\}|\$\{art_hydra\.unique:\})*")
+#: An innermost interpolation that reads the same in every job: another run-config key
+#: (``${trainer.max_steps}``), or a resolver of its arguments alone (conf/model/tiny.yaml).
+_PLAIN_REF = re.compile(
+    r"\$\{(?:(?!hydra\b)[A-Za-z_]\w*(?:\.\w+)*|art_hydra\.(?:room|by_finetune):[^${}]*)\}"
+)
+_INNERMOST = re.compile(r"\$\{[^${}]*\}")
+_REF_NAME = re.compile(r"\$\{([A-Za-z_]\w*(?:\.\w+)*)\}")
 _HYDRA_ONLY = re.compile(
     r"\$\{(hydra[.:]|now:|art_hydra\.job_record:|art_hydra\.keys:|art_hydra\.unique:)"
 )
@@ -75,8 +80,20 @@ class _Base:
     chosen: Callable[[str], Any]
     #: Whether an interpolation in the ``hydra`` node reads a run-config value.
     hydra_reads_run: bool = True
-    environment: dict[tuple, list[Problem]] = field(default_factory=dict)
     trust: dict[tuple, bool] = field(default_factory=dict)
+    #: Each validator's and world check's verdicts, by the values it read.
+    memo: Memo = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.memo = Memo(Tree(self.typed))
+
+    #: Whether every interpolated leaf is a plain reference to a run-config key (read the
+    #: same with or without the job's view of the ``hydra`` node).
+    plain_refs: bool = False
+    #: Of each plain interpolated leaf, the keys it names (None: one is interpolated too).
+    refs: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
+    #: Each plain interpolated leaf's value, by the values of the keys it names.
+    resolutions: dict[tuple, Any] = field(default_factory=dict)
     #: The sweep folder, where it is the same for every job of the base (else None).
     sweep_dir: str | None = None
 
@@ -113,13 +130,15 @@ class PointChecker:
         #: Job number -> the folder it runs in, for every point checked.
         self.run_dirs: dict[int, str] = {}
         self._owners: dict[str, int] = {}
+        #: Folders probed for a new job folder, each once per sweep.
+        self._probed: dict[Any, str | None] = {}
 
     # ---- the two ways ------------------------------------------------------------
 
     def problems(self, point: list[str], job_num: int) -> list[Problem]:
         """Every problem of ``point`` as job ``job_num``: composition, config, world, and
         a folder another point of the sweep already runs in."""
-        with inert.sweeping(self.swept):
+        with inert.sweeping(self.swept), remembered_probes(self._probed):
             found = self._fast(point, job_num) if self.fast_way else None
             if found is None:
                 result = self.full(point, job_num)
@@ -190,9 +209,9 @@ class PointChecker:
         with _restoring(composed, keys):
             for o in values:
                 hydra_compat.apply_override(composed, o)
-            if self._refused_by_trust(base, composed, values):
-                return None
             run_dir, changed = self._job_view(base, parsed, job_num, keys)
+            if self._refused_by_trust(base, composed, values, changed):
+                return None
             self.run_dirs[job_num] = run_dir
         if not all(isinstance(v, _SCALARS) for v in changed.values()):
             return None
@@ -203,15 +222,25 @@ class PointChecker:
                 parent[leaf] = _canonical(key, value)
             if settle(typed, list(changed), self.hand):
                 return None  # a bound problem resets values: the full way reports it
-            found = rule_problems(typed, [])
-            failed = {p.key for p in found if p.is_error}
+            return self._checks(base, typed, run_dir)
+
+    def _checks(self, base: _Base, typed: DictConfig, run_dir: str) -> list[Problem]:
+        """The validators' and the world's verdict on the point set into ``typed``: each
+        validator and world check runs again only where a value it read has changed."""
+        memo = base.memo
+        memo.begin()
+        try:
+            found = remembered_checks.rule_problems(typed, memo)
+            failed = frozenset(p.key for p in found if p.is_error)
             with by_hand(self.hand):
                 sweep = base.composed.hydra.get("mode") == RunMode.MULTIRUN
                 world = [
-                    *self._environment(base, typed, changed, frozenset(failed)),
-                    *folder_problems(typed, run_dir, sweep or None, frozenset(failed)),
+                    *remembered_checks.world_problems(typed, memo, self.devices_here, failed),
+                    *folder_problems(typed, run_dir, sweep or None, failed),
                 ]
                 world = strictly(typed, world)
+        finally:
+            memo.end()
         return found + [p for p in world if p.key not in failed]
 
     def _job_view(
@@ -222,38 +251,30 @@ class PointChecker:
         does not depend on the job, the folder is ``<sweep.dir>/<job number>``, known
         without building the job's view of the ``hydra`` node."""
         composed = base.composed
-        if not base.interpolated and base.sweep_dir is not None:
+        if base.plain_refs and base.sweep_dir is not None:
             out = os.path.abspath(os.path.join(base.sweep_dir, str(job_num)))
-            return out, {k: OmegaConf.select(composed, k) for k in keys}
+            view = {k: OmegaConf.select(composed, k) for k in keys}
+            return out, view | {k: _resolved(base, k) for k in base.interpolated}
         with hydra_compat.point_view(composed, parsed), hydra_compat.as_job(composed, job_num):
             run_dir = str(composed.hydra.runtime.output_dir)
             return run_dir, {k: OmegaConf.select(composed, k) for k in [*keys, *base.interpolated]}
 
-    def _refused_by_trust(self, base: _Base, composed: DictConfig, values: list[Override]) -> bool:
+    def _refused_by_trust(
+        self, base: _Base, composed: DictConfig, values: list[Override], view: dict[str, Any]
+    ) -> bool:
         """Whether the trust check refuses the point (then the full way reports it). The
         check reads a few run-config keys and the ``hydra`` node, which a point of the fast
         way does not change: its verdict is shared by every point that sets those keys
-        alike, unless the ``hydra`` node reads run-config values or one of those keys is
-        an interpolation."""
-        if base.hydra_reads_run or any(k.startswith(_TRUST) for k in base.interpolated):
+        alike and whose interpolated keys among them resolve alike (``view``: the job's
+        values), unless the ``hydra`` node reads run-config values."""
+        if base.hydra_reads_run:
             return bool(trust_problems(composed, self.hand, base.chosen))
         key = tuple(
             (o.key_or_group, repr(o.value())) for o in values if o.key_or_group.startswith(_TRUST)
-        )
+        ) + tuple((k, repr(view[k])) for k in base.interpolated if k.startswith(_TRUST))
         if key not in base.trust:
             base.trust[key] = bool(trust_problems(composed, self.hand, base.chosen))
         return base.trust[key]
-
-    def _environment(
-        self, base: _Base, typed: DictConfig, changed: dict[str, Any], failed: frozenset[str]
-    ) -> list[Problem]:
-        sections = environment_sections()
-        key = tuple(
-            sorted((k, repr(v)) for k, v in changed.items() if k.split(".")[0] in sections)
-        ) + tuple(sorted(failed))
-        if key not in base.environment:
-            base.environment[key] = environment_problems(typed, self.devices_here, failed)
-        return base.environment[key]
 
     def _base(self, groups: tuple[str, ...], job_num: int) -> _Base | None:
         if groups in self._bases:
@@ -289,11 +310,50 @@ class PointChecker:
             return None  # values reset to defaults: only the full way reports it right
         reads = _reads_run_config(composed.hydra)
         base = _Base(composed, typed, interpolated, chosen, hydra_reads_run=reads)
+        raws = {k: str(hydra_compat.raw_value(*_parent(composed, k))) for k in interpolated}
+        base.plain_refs = all(_job_independent(raw) for raw in raws.values())
+        if base.plain_refs:
+            base.refs = {k: _refs(raw, interpolated) for k, raw in raws.items()}
         sweep = composed.hydra.sweep
         fixed_dir = _HYDRA_ONLY_NOW.fullmatch(str(hydra_compat.raw_value(sweep, "dir")))
         if fixed_dir and hydra_compat.raw_value(sweep, "subdir") == "${hydra.job.num}":
             base.sweep_dir = str(sweep.dir)
         return base
+
+
+def _resolved(base: _Base, key: str) -> Any:
+    """The value of the interpolated leaf ``key``: a plain interpolation (see
+    :func:`_job_independent`) is a function of the keys it names, so it is resolved once
+    per distinct set of their values (OmegaConf parses the expression at every read)."""
+    composed = base.composed
+    refs = base.refs.get(key)
+    if refs is None:
+        return OmegaConf.select(composed, key)
+    values = tuple(OmegaConf.select(composed, r) for r in refs)
+    if not all(isinstance(v, _SCALARS) for v in values):
+        return OmegaConf.select(composed, key)
+    known = (key, tuple((type(v), v) for v in values))
+    if known not in base.resolutions:
+        base.resolutions[known] = OmegaConf.select(composed, key)
+    return base.resolutions[known]
+
+
+def _refs(raw: str, interpolated: list[str]) -> tuple[str, ...] | None:
+    """The keys a plain interpolation names, or None where one of them is interpolated
+    itself (then it is resolved at every point)."""
+    names = tuple(_REF_NAME.findall(raw))
+    return None if any(n in interpolated for n in names) else names
+
+
+def _job_independent(raw: str) -> bool:
+    """Whether the value ``raw`` resolves to is the same with or without the job's view of
+    the ``hydra`` node: each interpolation in it, innermost first, is a plain one."""
+    while "${" in raw:
+        inner = _INNERMOST.findall(raw)
+        if not inner or not all(_PLAIN_REF.fullmatch(i) for i in inner):
+            return False
+        raw = _INNERMOST.sub("0", raw)
+    return True
 
 
 def _plain(override: Override) -> bool:

@@ -130,3 +130,18 @@ def test_extra_config_dir_is_honoured(cli, tmp_path: Path) -> None:
     out = output_of(proc)
     assert proc.returncode == 1
     assert "longer than model.max_seq_length=8" in out
+
+
+def test_a_forked_command_reports_what_a_fresh_process_reports(cli) -> None:
+    """Most tests run the CLI in a child forked from a per-worker zygote
+    (tests/cli_zygote.py): it must answer as the console script started afresh does,
+    and a variable one command is given must not reach the next one."""
+    args = ("rl.epsilon=1.5", "trainer.learning_rate=abc", "logging.bogus=1")
+    forked, fresh = cli(*args), cli(*args, fresh=True)
+    assert forked.returncode == fresh.returncode == 1, output_of(forked)
+    assert (forked.stdout, forked.stderr) == (fresh.stdout, fresh.stderr)
+    project = ("dry_run=true", "logging.project=${oc.env:ART_HYDRA_TEST_NAME,unset}")
+    given = cli(*project, env={"ART_HYDRA_TEST_NAME": "given"})
+    assert given.returncode == 0 and "logging.project = given" in output_of(given), output_of(given)
+    after = cli(*project)
+    assert after.returncode == 0 and "logging.project = unset" in output_of(after), output_of(after)

@@ -6,11 +6,10 @@ run folders are a run's config and a checkpoint folder with its manifest."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ART_HYDRA
+from conftest import run_cli
 from omegaconf import OmegaConf
 
 from art_hydra import compose
@@ -46,12 +45,7 @@ def refused(capsys: pytest.CaptureFixture[str], command: object, argv: list[str]
 
 
 def test_a_missing_run_folder_is_one_line_and_status_2(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [ART_HYDRA, "export", str(tmp_path / "nope"), str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = run_cli("export", str(tmp_path / "nope"), str(tmp_path / "out"), cwd=tmp_path)
     assert done.returncode == 2
     assert (
         done.stderr.strip() == f"art-hydra export: {tmp_path / 'nope'}: no such folder "
@@ -121,10 +115,10 @@ def test_generate_needs_prompts(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 @pytest.mark.parametrize("command", ["export", "generate"])
-def test_each_command_has_its_help(command: str) -> None:
-    done = subprocess.run([ART_HYDRA, command, "--help"], capture_output=True, text=True)
+def test_each_command_has_its_help(command: str, tmp_path: Path) -> None:
+    done = run_cli(command, "--help", cwd=tmp_path)
     assert done.returncode == 0 and f"usage: art-hydra {command}" in done.stdout
-    bad = subprocess.run([ART_HYDRA, command], capture_output=True, text=True)
+    bad = run_cli(command, cwd=tmp_path)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
@@ -136,12 +130,10 @@ def test_the_main_help_lists_the_commands() -> None:
         assert command in template
 
 
-def test_an_override_named_like_a_command_is_hydras() -> None:
+def test_an_override_named_like_a_command_is_hydras(tmp_path: Path) -> None:
     """Only the bare word is a command; ``export=...`` stays an override (and, naming no
     key of the config, is reported as one)."""
-    done = subprocess.run(
-        [ART_HYDRA, "export=1", "dry_run=true"], capture_output=True, text=True, check=False
-    )
+    done = run_cli("export=1", "dry_run=true", cwd=tmp_path)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "export" in done.stderr
 

@@ -8,6 +8,7 @@ overrides) in any order of calls, and check that a changed file is read again.
 
 from __future__ import annotations
 
+import io
 import random
 from pathlib import Path
 
@@ -106,3 +107,62 @@ def test_a_changed_config_file_is_read_again(tmp_path: Path, change: str) -> Non
             "config", ["experiment=mine", "task=mine"], run_mode=RunMode.RUN
         )
         assert cfg.task.num_examples == 9
+
+
+def test_a_selection_is_composed_once_from_its_first_composition_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A refused single run's fixes compose with its own group selection: the second
+    composition copies the first's, as Hydra would have composed it."""
+    from hydra._internal import defaults_list
+
+    calls = []
+    original = defaults_list.create_defaults_list
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(defaults_list, "create_defaults_list", counted)
+    ours = hydra_compat.caching_loader(make_loader().config_search_path)
+    theirs = _hydra_loader()
+    for overrides in (["trainer.gradient_accumulation_steps=2"], ["seed=4", "rl.temperature=0.5"]):
+        assert _outcome(ours, overrides, RunMode.RUN) == _outcome(theirs, overrides, RunMode.RUN)
+    assert len(calls) == 1  # ours: once for both (Hydra's own loader composes each)
+
+
+def test_libyaml_reads_every_shipped_config_file_as_omegaconf_does() -> None:
+    folder = hydra_compat._shipped_folder()
+    assert folder is not None
+    for path in sorted(Path(folder).rglob("*.yaml")):
+        assert hydra_compat._shipped(str(path)), path
+        text = path.read_text()
+        ours = hydra_compat._shipped_load(text)
+        assert OmegaConf.to_yaml(ours) == OmegaConf.to_yaml(OmegaConf.load(path)), path
+    assert not hydra_compat._shipped("/elsewhere/conf/config.yaml")
+
+
+@pytest.mark.parametrize(
+    "text", ["a: 1\na: 2\n", "a: [1\n", "x: 1e3\ny: 2020-01-01\n", "plain", "a: !!python/none\n"]
+)
+def test_a_shipped_files_reader_fails_and_reads_as_omegaconfs(text: str) -> None:
+    def outcome(load: object) -> str:
+        try:
+            return OmegaConf.to_yaml(load(text))  # type: ignore[operator]
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    assert outcome(hydra_compat._shipped_load) == outcome(lambda t: OmegaConf.load(io.StringIO(t)))
+
+
+def test_an_interpolation_parsed_once_resolves_and_fails_as_before() -> None:
+    from omegaconf.errors import GrammarParseError
+
+    hydra_compat.parse_interpolations_once()
+    for _ in range(2):
+        cfg = OmegaConf.create({"a": 2, "b": "${a}", "c": "x-${b}-${oc.env:NO_SUCH_VAR_39,d}"})
+        assert (cfg.b, cfg.c) == (2, "x-2-d")
+        cfg.a = 5
+        assert cfg.c == "x-5-d"
+        with pytest.raises(GrammarParseError):
+            OmegaConf.create({"bad": "${a"})

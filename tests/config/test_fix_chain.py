@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from conftest import output_of, report_entries, write_model_files
 
 from art_hydra.config.composition import compose
 from art_hydra.config.fix_chain import applied, follow, repeats, settled
@@ -22,7 +23,6 @@ from art_hydra.config.problems import (
     format_report,
     placeholder,
 )
-from tests.conftest import output_of, report_entries, write_model_files
 
 REVEALED = "Once the fixes above are applied"
 

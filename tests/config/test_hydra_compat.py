@@ -44,9 +44,19 @@ def _private_uses(path: Path) -> list[str]:
             "_apply_overrides_to_config",
             "_is_missing",
             "_is_none",
+            "_is_interpolation",
+            "_get_parent",
+            "_set_value",
+            "_set_item_impl",
         }:
             found.append(node.attr)
+        elif isinstance(node, ast.Subscript) and _is_text(node.slice, "_content"):
+            found.append("_content")
     return found
+
+
+def _is_text(node: ast.AST, text: str) -> bool:
+    return isinstance(node, ast.Constant) and node.value == text
 
 
 def test_no_private_hydra_call_outside_the_compat_module() -> None:
@@ -58,3 +68,21 @@ def test_no_private_hydra_call_outside_the_compat_module() -> None:
     }
     assert not offenders
     assert _private_uses(COMPAT)  # the check itself can see them
+
+
+def test_a_read_trace_leaves_omegaconf_as_it_found_it() -> None:
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+    from omegaconf.basecontainer import BaseContainer
+    from omegaconf.nodes import ValueNode
+
+    classes = (DictConfig, ListConfig, BaseContainer, ValueNode)
+    before = [dict(vars(cls)) for cls in classes]
+    cfg = OmegaConf.create({"a": {"x": 1}, "l": [1]})
+    with hydra_compat.traced_reads() as outer:
+        with hydra_compat.traced_reads() as inner:
+            assert cfg.a.x == 1
+        assert f"{cfg.l}" == "[1]"
+    assert [dict(vars(cls)) for cls in classes] == before
+    assert [k for _, k in inner] == ["a", "x"]
+    assert [k for _, k in outer[:3]] == ["a", "x", "l"]
+    assert {k for _, k in outer[3:]} == {hydra_compat.TRACE_WHOLE}  # format, str, repr

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import output_of, report_entries, write_model_files
 from hydra.types import RunMode
 
 from art_hydra.config.composition import compose_and_check, make_loader
 from art_hydra.config.problems import Placeholder, Problem, Severity
 from art_hydra.config.rollout_rules import rollout_budget
-from tests.conftest import output_of, report_entries, write_model_files
 
 #: vLLM on a pretrained model with the shipped settings: the base every rule is set against.
 VLLM = ("model=pretrained", "model.name=org/model", "rollout.engine=vllm")

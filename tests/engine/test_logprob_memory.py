@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 import torch
 from conftest_model import tiny
-from family_models import CAPACITY, FAMILIES, family_params, load_family, save_family
+from family_models import (
+    CAPACITY,
+    FAMILIES,
+    family_folder,
+    family_params,
+    load_family,
+    save_family,
+)
 
 from art_hydra.engine.packing import PackedBatch, Sequence, pack
 from art_hydra.engine.rl import logprobs as lp
@@ -101,8 +108,7 @@ def assert_same_as_full(
 
 @pytest.fixture(scope="module", params=family_params(FAMILIES))
 def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    model_type, extra, _, _ = FAMILIES[request.param]
-    folder = save_family(tmp_path_factory.mktemp(request.param), model_type, extra)
+    folder = family_folder(request.param, tmp_path_factory)
     _, loaded = load_family(folder, "eager" if request.param == "llama-eager" else None)
     return loaded
 

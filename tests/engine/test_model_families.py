@@ -6,6 +6,9 @@ must make three numbers agree: the training forward over several sequences of
 different lengths (packed where the layout packs), each sequence run alone without
 padding, and the logprob the sampler records for each token it draws (prompts of
 different lengths, so left padding or grouping by length is exercised).
+
+Each run trains a sample of the families that holds every behaviour class
+(tests/family_matrix.py); ``make test-full`` (``ART_HYDRA_FULL_MATRIX=1``) trains them all.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from family_models import CAPACITY, FAMILIES, family_params, load_family, save_family
+from family_models import CAPACITY, FAMILIES, family_folder, family_params, load_family
 
 from art_hydra.engine.backends.layout import PROVEN_FAMILIES, row_layout
 from art_hydra.engine.backends.tiny import SPECIALS
@@ -48,8 +51,8 @@ Family = tuple[str, LoadedModel, MaskForm, bool]
 
 @pytest.fixture(scope="module", params=family_params(FAMILIES))
 def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Family:
-    model_type, extra, form, left_pads = FAMILIES[request.param]
-    folder = save_family(tmp_path_factory.mktemp(request.param), model_type, extra)
+    _, _, form, left_pads = FAMILIES[request.param]
+    folder = family_folder(request.param, tmp_path_factory)
     attn = "eager" if request.param == "llama-eager" else None
     _, loaded = load_family(folder, attn)
     loaded.model.eval()

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 from conftest_model import tiny
-from family_models import FAMILIES, load_family, save_family
+from family_models import FAMILIES, family_folder, family_params, load_family
 
 from art_hydra.engine.queue import StepWork
 from art_hydra.engine.recipe import build_trainer_and_producer
@@ -44,13 +44,12 @@ SMALL = [
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Each family's saved folder, made once for the module when a test first asks for it
-    (a run of a few families builds only theirs)."""
+    """Each family's saved folder, made once for the session when a test first asks for
+    it (a run of a few families builds only theirs)."""
 
     class Made(dict[str, Path]):
         def __missing__(self, name: str) -> Path:
-            model_type, extra, _, _ = FAMILIES[name]
-            self[name] = save_family(tmp_path_factory.mktemp(name), model_type, extra)
+            self[name] = family_folder(name, tmp_path_factory)
             return self[name]
 
     return Made()
@@ -65,7 +64,7 @@ def _first_step(folder: Path, family: str, dtype: str, extra: list[str] | None =
     return trainer.train_step(StepWork([batch]))
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", family_params(FAMILIES))
 def test_step_one_ratio_is_exactly_one_in_every_precision(
     folders: dict[str, Path], family: str
 ) -> None:

@@ -8,12 +8,13 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 from conftest import output_of
 
 from art_hydra.preflight import ENVIRONMENT_SECTIONS, environment_sections
-from art_hydra.preflight.world_check_registry import registered_world_checks
+from art_hydra.preflight.world_check_registry import adapted_checks, registered_world_checks
 
 USER_CHECKS = '''
 from art_hydra import Problem, fix
@@ -46,6 +47,17 @@ def test_art_hydra_s_own_checks_are_registered_in_report_order() -> None:
     assert list(checks)[:6] == ["task", "model", "model_load", "backend", "trackers", "eval"]
     assert checks["backend"].devices and not checks["task"].devices
     assert set(environment_sections()) == set(ENVIRONMENT_SECTIONS)
+
+
+def test_checks_are_handed_out_adapted_only_inside_adapted_checks() -> None:
+    """A sweep's pre-flight runs the same loop with each check remembered: adapted
+    inside the context, the registry's own objects again after it."""
+    own = registered_world_checks()
+    with adapted_checks(lambda check: replace(check, reads=("adapted",))):
+        inside = registered_world_checks()
+    assert list(inside) == list(own)
+    assert {c.reads for c in inside.values()} == {("adapted",)}
+    assert all(registered_world_checks()[name] is check for name, check in own.items())
 
 
 def test_a_launcher_script_s_world_check_runs_in_the_pre_flight(tmp_path: Path) -> None:

@@ -441,3 +441,27 @@ def test_a_marked_reward_named_by_a_config_file_trains(user_module: Path) -> Non
     assert proc.returncode == 0, output_of(proc)
     (metrics,) = (user_module / "outputs").glob("*/*/metrics.jsonl")
     assert len(metrics.read_text().splitlines()) == 2
+
+
+def test_a_module_naming_a_relative_file_is_not_listed_as_outside_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch.ops names ``_ops.py`` (relative) as its file: resolved against the working
+    folder it would be listed as code from there in every process that imported torch."""
+    import sys
+    import types
+
+    from art_hydra import import_path
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "_ops.py").write_text("")
+    fake = types.ModuleType("fake_torch_ops")
+    fake.__file__ = "_ops.py"
+    monkeypatch.setitem(sys.modules, "fake_torch_ops", fake)
+    monkeypatch.setattr(import_path, "launched_as_command", lambda: True)
+    listed = dict(import_path.outside_modules())
+    assert "fake_torch_ops" not in listed
+    real = types.ModuleType("fake_outside_code")
+    real.__file__ = str(tmp_path / "_ops.py")  # an absolute file there is still listed
+    monkeypatch.setitem(sys.modules, "fake_outside_code", real)
+    assert "fake_outside_code" in dict(import_path.outside_modules())

@@ -35,6 +35,9 @@ FAULT = [
     "logging.plot=false",
 ]
 FINAL = "checkpoints/step-000030/model.safetensors"
+#: A hang guard for a whole run (not a measure of speed): a loaded machine running the
+#: tiers on two xdist workers took over 120 s for the 30 steps.
+WHOLE_RUN = 600
 
 
 def same_weights(a: Path, b: Path) -> bool:
@@ -45,7 +48,7 @@ def same_weights(a: Path, b: Path) -> bool:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cwd = tmp_path_factory.mktemp("whole")
-    proc = run_cli(*FAULT, "hydra.run.dir=run", cwd=cwd)
+    proc = run_cli(*FAULT, "hydra.run.dir=run", cwd=cwd, timeout=WHOLE_RUN)
     assert proc.returncode == 0, proc.stderr
     return cwd / "run"
 
@@ -69,7 +72,7 @@ def test_a_signal_saves_the_last_step_and_prints_the_resume_command(
     assert newest.name == f"step-{steps:06d}" and verify(newest) is None
     command = shlex.split(err.split("Resume with:")[1].strip().splitlines()[0])
     assert command[0] == "art-hydra" and "resume=true" in command
-    resumed = run_cli(*command[1:], cwd=tmp_path)
+    resumed = run_cli(*command[1:], cwd=tmp_path, timeout=WHOLE_RUN)
     assert resumed.returncode == 0, resumed.stderr
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 30
     assert same_weights(run / FINAL, uninterrupted / FINAL)
@@ -155,6 +158,25 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
         time.sleep(0.01)
 
 
+def _wait_for_own_handlers(proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Until the command has installed its own stop handlers (SIGTERM caught, as
+    /proc/PID/status shows), the first thing art_hydra does: a signal before it lands in
+    the interpreter's own start, which no program's code can answer. Under load that
+    start may outlast any fixed sleep."""
+    deadline = time.monotonic() + timeout
+    status = Path(f"/proc/{proc.pid}/status")
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            lines = status.read_text().splitlines()
+        except OSError:  # it has just ended: poll() says so next time round
+            lines = []
+        caught = next((line.split()[1] for line in lines if line.startswith("SigCgt")), "0")
+        if int(caught, 16) & (1 << (signal.SIGTERM - 1)):
+            return
+        time.sleep(0.002)
+    raise AssertionError(f"the command never installed its stop handlers:\n{proc.communicate()[1]}")
+
+
 @pytest.mark.parametrize(
     ("signum", "moment"),
     [
@@ -170,7 +192,7 @@ def test_a_signal_at_start_up_ends_with_one_line_and_no_traceback(
     run = tmp_path / "run"
     proc = start_cli(*QUICK_RUN, f"hydra.run.dir={run}", cwd=tmp_path)
     if moment == "imports":
-        time.sleep(0.15)
+        _wait_for_own_handlers(proc)
     elif moment == "composition":
         time.sleep(0.6)
     else:
@@ -217,7 +239,7 @@ def test_a_stop_before_the_first_checkpoint_leaves_a_folder_the_printed_command_
         return  # the same folder state and command as the other ending, which runs it
     for cue in ("block", "blocked", "release"):
         (tmp_path / cue).unlink(missing_ok=True)
-    again = run_cli(*command[1:], cwd=tmp_path, env=env)
+    again = run_cli(*command[1:], cwd=tmp_path, env=env, timeout=WHOLE_RUN)
     assert again.returncode == 0, again.stderr
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 6
 
@@ -289,14 +311,16 @@ def _metrics(run: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def noisy_whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cwd = tmp_path_factory.mktemp("noisy_whole")
-    proc = run_cli(*RNG_RUN, "hydra.run.dir=run", cwd=cwd, env=_noisy_folder(cwd))
+    proc = run_cli(
+        *RNG_RUN, "hydra.run.dir=run", cwd=cwd, env=_noisy_folder(cwd), timeout=WHOLE_RUN
+    )
     assert proc.returncode == 0, proc.stderr
     return cwd / "run"
 
 
 def _resume(err: str, cwd: Path, env: dict[str, str]) -> None:
     command = shlex.split(err.split("Resume with:")[1].strip().splitlines()[0])
-    resumed = run_cli(*command[1:], cwd=cwd, env=env)
+    resumed = run_cli(*command[1:], cwd=cwd, env=env, timeout=WHOLE_RUN)
     assert resumed.returncode == 0, resumed.stderr
 
 

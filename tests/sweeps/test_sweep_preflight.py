@@ -9,6 +9,7 @@ problems, field by field, with those of full composition as the job would compos
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -180,3 +181,85 @@ def test_swept_epochs_set_a_files_max_steps_aside_the_fast_way_too(tmp_path) -> 
     assert verdicts[0] == verdicts[4] == []
     assert verdicts[1] == ["trainer.num_train_epochs"]  # the typed max_steps wins: warned
     assert verdicts[3] == ["trainer.per_device_train_batch_size"]
+
+
+def test_a_grid_checked_as_deltas_gets_the_full_verdict_at_every_point(tmp_path) -> None:
+    """A grid whose points repeat the values each check reads (so most checks answer
+    from what they read before), with refused values, a group change and seeds (the
+    generated data follows the seed): every verdict is full composition's."""
+    grid = {
+        "trainer.learning_rate": ["1e-4", "1e-50"],
+        "rl.temperature": ["0.7", "1.0"],
+        "rl.top_p": ["1.0", "0.001"],
+        "trainer.warmup_steps": ["1", "100000"],
+        "seed": ["1", "2"],
+        "algorithm": ["rl", "sft"],
+    }
+    swept = [f"{key}={','.join(values)}" for key, values in grid.items()]
+    loader, master = _master(str(tmp_path / "sweep"), swept)
+    hand = sweep_hand(master)
+    fast = PointChecker(loader, master, hand)
+    full = PointChecker(loader, master, hand, fast_way=False)
+    points = [
+        [f"{key}={value}" for key, value in zip(grid, chosen, strict=True)]
+        for chosen in itertools.product(*grid.values())
+    ]
+    refused = 0
+    for number, point in enumerate(random.Random(6).sample(points, 24)):
+        expected = full.problems(point, number)
+        assert _fields(fast.problems(point, number)) == _fields(expected), point
+        refused += any(p.is_error for p in expected)
+    memo_hits = sum(base.memo.hits for base in fast._bases.values() if base is not None)
+    assert fast.fast >= 12 and memo_hits > 100 and 0 < refused < 24
+
+
+def test_the_progress_line_counts_refused_points_as_it_goes(monkeypatch) -> None:
+    from omegaconf import OmegaConf
+
+    from art_hydra.config.problems import Kind, Problem, Severity, fix
+    from art_hydra.sweeps import grid
+
+    bad = Problem("seed", 1, "bad", fix(note="-"), Kind.rule, Severity.error)
+    warned = Problem("seed", 1, "odd", fix(note="-"), Kind.rule, Severity.warning)
+    verdicts = [[bad], [], [warned], [bad, bad], [warned, bad], []]
+
+    class Checker:
+        def problems(self, point: list[str], index: int) -> list[Problem]:
+            return verdicts[index]
+
+    shown: list[int] = []
+    looked: list[int] = []
+    counted_errors = grid.errors
+    monkeypatch.setattr(grid._Progress, "step", lambda self, invalid: shown.append(invalid))
+    monkeypatch.setattr(
+        grid, "errors", lambda problems: looked.append(1) or counted_errors(problems)
+    )
+    config = OmegaConf.create({"hydra": {"launcher": {}}})
+    found = grid.preflight_points(Checker(), config, [[f"seed={i}"] for i in range(6)])
+    assert found == verdicts
+    assert shown == [1, 1, 1, 2, 3, 3]
+    assert len(looked) == len(verdicts)  # each point's problems looked at once, not per step
+
+
+def test_a_section_set_to_null_at_some_points_gets_the_full_verdict_at_all(tmp_path) -> None:
+    """``task.environment=null`` keeps the section's node and swaps its content: the
+    points after it, whatever they set under it, are checked as full composition checks
+    them."""
+    envs = [
+        "task.environment=null",
+        "task.environment._target_=os.system",
+        "task.environment._target_=art_hydra.tasks.tool_lookup.LookupEnv",
+        "task.environment._target_=art_hydra.tasks.rewards.exact_match",
+    ]
+    loader, master = _master(str(tmp_path / "sweep"), ["task=tool_lookup"])
+    hand = sweep_hand(master)
+    fast = PointChecker(loader, master, hand)
+    full = PointChecker(loader, master, hand, fast_way=False)
+    points = [["task=tool_lookup", env, f"seed={s}"] for s in (1, 2) for env in envs]
+    points += [points[1], points[0], points[2], points[3]]
+    verdicts = set()
+    for number, point in enumerate(points):
+        expected = full.problems(point, number)
+        assert _fields(fast.problems(point, number)) == _fields(expected), point
+        verdicts.add(tuple(_fields(expected)))
+    assert len(verdicts) > 1

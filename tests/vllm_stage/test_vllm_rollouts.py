@@ -9,6 +9,12 @@ from the base folder, so only a sync gives it the resumed weights). One test dri
 engine in this process to show the check catches a stale engine. What a CPU cannot
 cover: CUDA graphs, sleep mode and GPU memory sharing (``bench/gpu_smoke.py``).
 Skipped where vllm is not installed (the main environment).
+
+Every engine start costs seconds, and a fresh process tens of seconds (torch,
+transformers and vLLM imported again), so the full fine-tuning checks share one run
+(:func:`full_run`): the command itself, as a user runs it, then resumed in this
+process; the other jobs run in this process too (``art_hydra.train``, the generate
+command's ``main``), what they prove being the engine's, not the command line's.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -30,11 +37,14 @@ MISMATCH = 1e-4
 
 def common(model: Path) -> list[str]:
     """Overrides of every run: the tiny llama folder, float32, vLLM without compiling
-    (it starts in seconds instead of half a minute on a CPU), a learning rate at which a
-    few steps move the weights, and none of the outputs these tests do not read."""
+    (it starts in seconds instead of half a minute on a CPU) and with a KV cache of the
+    size these runs use (64 MiB holds over 100,000 of its tokens; by default it reserves
+    a share of the machine's memory, gigabytes filled at every start), a learning rate at
+    which a few steps move the weights, and none of the outputs these tests do not read."""
     return [
         "rollout.engine=vllm",
         "rollout.vllm.enforce_eager=true",
+        "rollout.vllm.kv_cache_gib=0.0625",
         "model=pretrained",
         f"model.name={model}",
         "model.dtype=float32",
@@ -49,6 +59,13 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     proc = subprocess.run([ART_HYDRA, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
+
+
+def _train(run: Path, *overrides: str) -> None:
+    """A job in this process, as ``art-hydra OVERRIDES hydra.run.dir=RUN`` runs it."""
+    from art_hydra import compose, train
+
+    train(compose(list(overrides)), run_dir=run)
 
 
 def _metrics(run: Path) -> list[dict]:
@@ -72,22 +89,95 @@ def assert_engine_follows_the_policy(rows: list[dict]) -> None:
     assert moved and moved[0] < len(rows) - 1, [r["grad_norm"] for r in rows]
 
 
-def test_full_fine_tuning_keeps_the_engine_on_the_policy(tiny_llama: Path, tmp_path: Path) -> None:
-    run = tmp_path / "full"
-    proc = _run(
-        *common(tiny_llama),
-        "model.finetune=full",
-        "trainer.max_steps=6",
-        f"hydra.run.dir={run}",
-        cwd=tmp_path,
-    )
-    assert "rollouts: vLLM" in proc.stdout + proc.stderr
-    rows = _train_rows(run)
-    assert [r["step"] for r in rows] == list(range(1, 7))
-    assert_engine_follows_the_policy(rows)
+@dataclass(frozen=True)
+class FullRun:
+    """One full fine-tuning run: 4 steps with evaluation, then resumed to 6."""
+
+    folder: Path  # the run folder
+    output: str  # the command's stdout and stderr (its first 4 steps)
+    first: list[dict]  # every metrics row the command wrote (steps 1-4, evaluations)
+    rows: list[dict]  # the training rows after the resume (steps 1-6)
+
+
+@pytest.fixture(scope="module")
+def full_run(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> FullRun:
+    """``art-hydra`` itself (a fresh process: the engine's environment set before vLLM is
+    first imported), 4 steps evaluated every 2 through the engine; then the same run
+    resumed in this process to step 6, its engine started from the base folder."""
+    where = tmp_path_factory.mktemp("full")
+    run = where / "run"
+    args = [*common(tiny_llama), "model.finetune=full", "eval.fraction=0.2", "eval.every_steps=2"]
+    proc = _run(*args, "trainer.max_steps=4", f"hydra.run.dir={run}", cwd=where)
+    first = _metrics(run)
+    _train(run, *args, "trainer.max_steps=6", "resume=true")
+    return FullRun(run, proc.stdout + proc.stderr, first, _train_rows(run))
+
+
+def test_full_fine_tuning_keeps_the_engine_on_the_policy(full_run: FullRun) -> None:
+    assert "rollouts: vLLM" in full_run.output
+    first = [row for row in full_run.first if "sampling_mismatch_max" in row]
+    assert [r["step"] for r in first] == [1, 2, 3, 4]
+    assert_engine_follows_the_policy(first)  # in one process: each step's sync
     # The weights changed more than once, each change synced before the next rollouts.
-    assert sum(r["grad_norm"] > 0 for r in rows) >= 2
-    assert any(r["loss"] != 0 for r in rows)
+    assert sum(r["grad_norm"] > 0 for r in first) >= 2
+    assert any(r["loss"] != 0 for r in first)
+    assert_engine_follows_the_policy(full_run.rows)
+
+
+def test_evaluation_samples_through_the_engine(full_run: FullRun) -> None:
+    evals = [row for row in full_run.first if "eval/reward" in row]
+    assert len(evals) >= 2, full_run.first  # steps 2 and 4, between optimizer steps
+    assert all(0.0 <= row["eval/reward"] <= 1.0 for row in evals)
+    assert all(r["sampling_mismatch_max"] < MISMATCH for r in full_run.rows)
+
+
+def test_a_resumed_run_syncs_the_engine_to_the_resumed_weights(full_run: FullRun) -> None:
+    """vLLM starts from model.name, the base weights; the resumed policy differs from
+    them (its first steps had gradients), so only a sync keeps the mismatch small."""
+    first = [row for row in full_run.first if "sampling_mismatch_max" in row]
+    assert any(r["grad_norm"] > 0 for r in first), first  # step 4's weights are not the base's
+    rows = full_run.rows
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    # Step 5's rollouts are the resumed process's first, sampled before any optimizer step.
+    assert all(r["sampling_mismatch_max"] < MISMATCH for r in rows[4:]), rows[4:]
+
+
+def _generate(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``art-hydra generate ARGV`` in this process: its status, stdout and stderr."""
+    from art_hydra.commands import generate
+
+    capsys.readouterr()
+    status = generate.main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_generate_on_the_engine_matches_the_torch_side(
+    full_run: FullRun, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``art-hydra generate --engine vllm`` (the run's model exported to a temporary
+    folder, then vLLM on it) decodes greedily what transformers' generate does, and
+    ``rollout.engine=vllm`` spelled as a run spells it does the same."""
+    prompts = ["-p", "abc=", "-p", "dcb="]
+    status, out, err = _generate(capsys, str(full_run.folder), *prompts, "--json")
+    assert status == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    for spelling in (["--engine", "vllm"], ["rollout.engine=vllm"]):
+        status, out, err = _generate(capsys, str(full_run.folder), *prompts, "--json", *spelling)
+        assert status == 0, err
+        assert [json.loads(line) for line in out.splitlines()] == rows
+    assert len(rows) == 2 and all(row["completion"] is not None for row in rows)
+
+
+def test_generate_refuses_what_the_engine_cannot_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run of the built-in tiny model (16-wide heads) and a temperature vLLM would not
+    sample at are refused in one line, before anything is exported or started."""
+    _train(tmp_path / "tiny", "trainer.max_steps=1", "logging.progress_bar=off")
+    status, out, err = _generate(capsys, str(tmp_path / "tiny"), "-p", "abc=", "--engine", "vllm")
+    assert status == 2 and "Traceback" not in err, err
+    assert "16-wide heads" in err and out == ""
 
 
 @pytest.mark.parametrize(
@@ -170,15 +260,14 @@ def _adapter_b_moved(run: Path) -> bool:
 
 def test_lora_synced_as_an_adapter(tiny_llama: Path, tmp_path: Path) -> None:
     run = tmp_path / "adapter"
-    _run(
+    _train(
+        run,
         *common(tiny_llama),
         "model.finetune=lora",
         "model.lora.r=8",
         "rollout.vllm.lora_sync=adapter",
         "trainer.learning_rate=1e-2",
         "trainer.max_steps=5",
-        f"hydra.run.dir={run}",
-        cwd=tmp_path,
     )
     assert_engine_follows_the_policy(_train_rows(run))
     assert _adapter_b_moved(run)
@@ -193,7 +282,8 @@ def test_lora_merged_on_part_of_a_fused_biased_layer(tmp_path: Path) -> None:
     folder = build_tiny_llama(tmp_path / "qwen2", family="qwen2")
     assert json.loads((folder / "config.json").read_text())["model_type"] == "qwen2"
     run = tmp_path / "partial"
-    _run(
+    _train(
+        run,
         *common(folder),
         "model.finetune=lora",
         "model.lora.r=8",
@@ -201,15 +291,14 @@ def test_lora_merged_on_part_of_a_fused_biased_layer(tmp_path: Path) -> None:
         "rollout.vllm.lora_sync=merged",
         "trainer.learning_rate=1e-2",
         "trainer.max_steps=4",
-        f"hydra.run.dir={run}",
-        cwd=tmp_path,
     )
     assert_engine_follows_the_policy(_train_rows(run))
 
 
 def test_lora_merged_with_a_fully_trained_head(tiny_llama: Path, tmp_path: Path) -> None:
     run = tmp_path / "merged"
-    _run(
+    _train(
+        run,
         *common(tiny_llama),
         "model.finetune=lora",
         "model.lora.r=8",
@@ -217,77 +306,6 @@ def test_lora_merged_with_a_fully_trained_head(tiny_llama: Path, tmp_path: Path)
         "rollout.vllm.lora_sync=merged",
         "trainer.learning_rate=1e-2",
         "trainer.max_steps=5",
-        f"hydra.run.dir={run}",
-        cwd=tmp_path,
     )
     assert_engine_follows_the_policy(_train_rows(run))
     assert _adapter_b_moved(run)
-
-
-def test_evaluation_samples_through_the_engine(tiny_llama: Path, tmp_path: Path) -> None:
-    run = tmp_path / "eval"
-    proc = _run(
-        *common(tiny_llama),
-        "model.finetune=full",
-        "trainer.max_steps=4",
-        "eval.fraction=0.2",
-        "eval.every_steps=2",
-        f"hydra.run.dir={run}",
-        cwd=tmp_path,
-    )
-    assert "rollouts: vLLM" in proc.stdout + proc.stderr
-    evals = [row for row in _metrics(run) if "eval/reward" in row]
-    assert len(evals) >= 2, _metrics(run)
-    assert all(0.0 <= row["eval/reward"] <= 1.0 for row in evals)
-    assert all(r["sampling_mismatch_max"] < MISMATCH for r in _train_rows(run))
-
-
-def test_a_resumed_run_syncs_the_engine_to_the_resumed_weights(
-    tiny_llama: Path, tmp_path: Path
-) -> None:
-    """vLLM starts from model.name, the base weights; the resumed policy differs from
-    them (its first steps had gradients), so only a sync keeps the mismatch small."""
-    args = [*common(tiny_llama), "model.finetune=full", "hydra.run.dir=run"]
-    _run(*args, "trainer.max_steps=2", cwd=tmp_path)
-    first = _train_rows(tmp_path / "run")
-    assert any(r["grad_norm"] > 0 for r in first), first  # step 2's weights are not the base's
-    _run(*args, "trainer.max_steps=4", "resume=true", cwd=tmp_path)
-    rows = _train_rows(tmp_path / "run")
-    assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    # Step 3's rollouts are the resumed process's first, sampled before any optimizer step.
-    assert all(r["sampling_mismatch_max"] < MISMATCH for r in rows[2:]), rows[2:]
-
-
-def test_generate_on_the_engine_matches_the_torch_side(tiny_llama: Path, tmp_path: Path) -> None:
-    """``art-hydra generate --engine vllm`` (the run's model exported to a temporary
-    folder, then vLLM on it) decodes greedily what transformers' generate does, and
-    ``rollout.engine=vllm`` spelled as a run spells it does the same."""
-    _run(
-        *common(tiny_llama),
-        "model.finetune=full",
-        "trainer.max_steps=2",
-        "hydra.run.dir=run",
-        cwd=tmp_path,
-    )
-    prompts = ["-p", "abc=", "-p", "dcb="]
-    torch_side = _run("generate", "run", *prompts, "--json", cwd=tmp_path)
-    rows = [json.loads(line) for line in torch_side.stdout.splitlines()]
-    for spelling in (["--engine", "vllm"], ["rollout.engine=vllm"]):
-        engine_side = _run("generate", "run", *prompts, "--json", *spelling, cwd=tmp_path)
-        assert [json.loads(line) for line in engine_side.stdout.splitlines()] == rows
-    assert len(rows) == 2 and all(row["completion"] is not None for row in rows)
-
-
-def test_generate_refuses_what_the_engine_cannot_run(tmp_path: Path) -> None:
-    """A run of the built-in tiny model (16-wide heads) and a temperature vLLM would not
-    sample at are refused in one line, before anything is exported or started."""
-    _run("trainer.max_steps=1", "logging.progress_bar=off", "hydra.run.dir=tiny", cwd=tmp_path)
-    proc = subprocess.run(
-        [ART_HYDRA, "generate", "tiny", "-p", "abc=", "--engine", "vllm"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert "16-wide heads" in proc.stderr and proc.stdout == ""

@@ -166,11 +166,13 @@ def chunk_logprobs(
     chunk of about ``elements`` logits (default :data:`CHUNK_ELEMENTS` on the CPU,
     :data:`ACCELERATOR_CHUNK_ELEMENTS` elsewhere) at a time.
 
-    With autograd recording, each chunk runs under (non-reentrant) checkpointing: its
-    logits are freed after the forward and recomputed in the backward, so they never
-    all exist at once. Gradient reaches ``hidden`` even when the head is frozen; then
-    (no head parameter to train) the chunk's gradient is taken in the forward instead
-    and nothing is recomputed.
+    With autograd recording and several chunks, each runs under (non-reentrant)
+    checkpointing: its logits are freed after the forward and recomputed in the
+    backward, so they never all exist at once. A single chunk keeps its logits for the
+    backward instead (the recompute, at the start of the backward, would hold the same
+    logits beside the same activations). Gradient reaches ``hidden`` even when the head
+    is frozen; then (no head parameter to train) the chunk's gradient is taken in the
+    forward instead and nothing is recomputed.
     """
     if elements is None:
         cpu = hidden.device.type == "cpu"
@@ -178,6 +180,10 @@ def chunk_logprobs(
     rows = chunk_tokens(vocab, elements)
     recording = torch.is_grad_enabled()
     frozen = not any(p.requires_grad for p in head.parameters())
+    # One chunk holds every row: its logits are the only ones that ever exist, so
+    # recomputing them in the backward would bound nothing and cost a second head pass
+    # (and checkpointing's hooks) per step; autograd keeps them instead.
+    single = hidden.shape[0] <= rows
     chosen: list[torch.Tensor] = []
     entropy: list[torch.Tensor] = []
     for start in range(0, hidden.shape[0], rows):
@@ -185,7 +191,7 @@ def chunk_logprobs(
         h, t = hidden[start : start + rows], targets[start : start + rows]
         if recording and frozen and h.requires_grad:
             value = _frozen_head_chunk(part, h, t)
-        elif recording:
+        elif recording and not single:
             value = checkpoint(part, h, t, use_reentrant=False, preserve_rng_state=False)
         else:
             value = part(h, t)
@@ -240,6 +246,9 @@ class PolicyLogprobs(torch.nn.Module):
     def __init__(self, model: Any) -> None:
         super().__init__()
         self.model = model
+        #: :func:`head_matches` for this model, asked once: its class and logit settings
+        #: do not change under a wrapper that lives as long as the trainer.
+        self._head_matches: bool | None = None
 
     def forward(
         self,
@@ -260,7 +269,9 @@ class PolicyLogprobs(torch.nn.Module):
             "attention_mask": attention_mask,
             "position_ids": position_ids,
         }
-        if head_matches(self.model, input_ids):
+        if self._head_matches is None:
+            self._head_matches = head_matches(self.model, input_ids)
+        if self._head_matches:
             chosen, entropy = self._chunked(kwargs, index, targets.reshape(-1)[index], settings)
         else:
             chosen, entropy = self._plain(kwargs, index, targets.reshape(-1)[index], settings)

@@ -1,0 +1,122 @@
+"""The house's four speed figures, side by side in one run, printed as ratios.
+
+1. RL steady optimizer steps/s against TRL's GRPOTrainer on identical work
+   (``bench/vs_trl.py``'s work: one model folder, 2,000 examples, 128 completions a
+   step; the sides alternate in fresh processes). Goal: at least 2.5x.
+2. Refusing a config that cannot work against a bare ``import hydra, omegaconf``
+   (``bench/cli_rejection.py``'s cases, interleaved, bytecode cached as an install has
+   it). Goal: at most 2.0x.
+3. The sweep pre-flight per point at 1,000 points, for the values grid and the seed-only
+   grid (``bench/sweep_preflight.py``, a fresh process each), against Hydra's own
+   composition of one point and the 5 ms goal.
+4. With ``--suite``: ``make test`` (venvs present) against 15 minutes and
+   ``pytest -m fast`` against 60 s. Off by default: it takes the suite's own time.
+
+Each part lies in the script named beside it, which measures it at length; this one
+runs them together so that one machine, one hour and one load stand behind all four.
+Needs the ``bench`` extra (TRL): ``pip install -e '.[bench]'``.
+
+Usage: python bench/speed_figures.py [--pairs 2] [--steps 200] [--repeats 5] [--suite]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import cli_rejection
+import sweep_preflight
+import vs_trl
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def steps_against_trl(pairs: int, steps: int) -> tuple[float, float]:
+    """Median steady steps/s of art_hydra and of TRL, alternating in fresh processes."""
+    args = argparse.Namespace(steps=steps, art=[], baseline=None, model="", data="")
+    sides: dict[str, list[float]] = {"art": [], "trl": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        model_dir, data = vs_trl.prepare(work)
+        args.model, args.data = str(model_dir), str(data)
+        for i in range(pairs):
+            for side in ("art", "trl") if i % 2 == 0 else ("trl", "art"):
+                sides[side].append(vs_trl.run_side(side, args, i, work)["steps_per_s"])
+    return statistics.median(sides["art"]), statistics.median(sides["trl"])
+
+
+def rejection_against_import(repeats: int) -> tuple[float, float]:
+    """Median CPU seconds (user + system) of the bare import and of the validator's
+    refusal, interleaved: CPU time is what a loaded machine inflates least."""
+    env = cli_rejection._environments(None)[""]
+    cwd = tempfile.mkdtemp(prefix="art_hydra_bench_")
+    bare = cli_rejection.CASES["import hydra, omegaconf"]
+    refusal = cli_rejection.CASES["art-hydra reject (validator)"]
+    for cmd in (bare, refusal):  # warm the file and bytecode caches
+        cli_rejection.run_once(cmd, cwd, env)
+    times: dict[str, list[float]] = {"bare": [], "refusal": []}
+    for _ in range(repeats):
+        times["bare"].append(cli_rejection.run_once(bare, cwd, env)[1])
+        times["refusal"].append(cli_rejection.run_once(refusal, cwd, env)[1])
+    return statistics.median(times["refusal"]), statistics.median(times["bare"])
+
+
+def sweep_per_point(grid: str, points: int = 1000) -> float:
+    """Milliseconds per point of one pre-flight of ``points`` points, in a fresh process."""
+    return sweep_preflight._side(None, grid, points) / points * 1e3
+
+
+def suite() -> tuple[float, float]:
+    """Wall seconds of ``make test`` and of ``pytest -m fast`` in this checkout."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    took = []
+    for cmd in (["make", "test"], [sys.executable, "-m", "pytest", "-m", "fast", "-q"]):
+        start = time.perf_counter()
+        subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+        took.append(time.perf_counter() - start)
+    return took[0], took[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=2, help="art_hydra/TRL run pairs")
+    parser.add_argument("--steps", type=int, default=200, help="optimizer steps a run")
+    parser.add_argument("--repeats", type=int, default=5, help="refusals timed")
+    parser.add_argument("--suite", action="store_true", help="also time make test")
+    args = parser.parse_args()
+    print(f"cpu cores: {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}", flush=True)
+    rows = []
+    art, trl = steps_against_trl(args.pairs, args.steps)
+    rows.append(("RL steady steps/s, art_hydra / TRL", f"{art:.2f} / {trl:.2f}", art / trl, -2.5))
+    refusal, bare = rejection_against_import(args.repeats)
+    rows.append(
+        (
+            "refusal / import hydra, omegaconf (CPU s)",
+            f"{refusal:.3f} / {bare:.3f}",
+            refusal / bare,
+            2.0,
+        )
+    )
+    for grid in ("values", "seeds"):
+        ms = sweep_per_point(grid)
+        rows.append((f"sweep pre-flight, {grid} grid (ms/point)", f"{ms:.2f}", ms / 5.0, 1.0))
+    if args.suite:
+        whole, fast = suite()
+        rows.append(("make test (min) / 15 min", f"{whole / 60:.1f}", whole / 900, 1.0))
+        rows.append(("pytest -m fast (s) / 60 s", f"{fast:.0f}", fast / 60, 1.0))
+    print(f"\n{'figure':48} {'measured':>20} {'ratio':>8} {'goal':>9}")
+    for name, measured, ratio, goal in rows:  # a negative goal: at least, else at most
+        met = ratio >= -goal if goal < 0 else ratio <= goal
+        bound = f"{'>=' if goal < 0 else '<='}{abs(goal):.1f}x"
+        print(f"{name:48} {measured:>20} {ratio:>7.2f}x {bound:>9} {'met' if met else 'MISSED'}")
+    print("ratios: steps/s to TRL's; refusal to the bare import; per point to 5 ms; suite to goal")
+
+
+if __name__ == "__main__":
+    main()
