@@ -66,7 +66,7 @@ from art_hydra.config.schema import RunConfig
 from art_hydra.config.store import register_configs
 from art_hydra.config.structure import HYDRA_KEY, fit, type_problem, unknown_key_problem
 from art_hydra.config.trust import Hand, current_hand, hand_of, trust_problems
-from art_hydra.config.validator_registry import run_validators
+from art_hydra.config.validator_registry import RunOne, run_validators
 
 #: Name of the primary config in ``conf/``.
 CONFIG_NAME = "config"
@@ -467,11 +467,13 @@ def _typed_by_user(hand: Hand | None) -> Callable[[str], bool] | None:
     return lambda key: hand.set(key) or key in swept
 
 
-def rule_problems(typed: DictConfig, problems: list[Problem]) -> list[Problem]:
+def rule_problems(
+    typed: DictConfig, problems: list[Problem], run_one: RunOne | None = None
+) -> list[Problem]:
     """``problems`` plus every validator's findings on keys without one yet, all errors
-    under ``strict=true``."""
+    under ``strict=true`` (``run_one``: how each validator runs, see :data:`RunOne`)."""
     flawed = {p.key for p in problems}
-    problems = problems + [p for p in run_validators(typed) if p.key not in flawed]
+    problems = problems + [p for p in run_validators(typed, run_one) if p.key not in flawed]
     if typed.strict:
         problems = [
             Problem(p.key, p.value, p.reason, p.fix, p.kind, Severity.error) for p in problems

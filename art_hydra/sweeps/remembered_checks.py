@@ -18,29 +18,22 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from art_hydra.config.problems import Problem, Severity
-from art_hydra.config.validator_registry import (
-    REGISTRY,
-    registered_validators,
-    run_one_validator,
-)
+from art_hydra.config import composition
+from art_hydra.config.problems import Problem
+from art_hydra.config.validator_registry import ValidatorFn, run_one_validator
 from art_hydra.preflight.runner import environment_problems
 from art_hydra.preflight.world_check_registry import WorldCheck, adapted_checks
 from art_hydra.sweeps.read_trace import Memo
 
 
 def rule_problems(typed: DictConfig, memo: Memo) -> list[Problem]:
-    """Every validator's findings on ``typed``, all errors under ``strict=true``."""
-    problems = REGISTRY.load_problems()
-    for name, fn in registered_validators().items():
-        problems += memo.call(
-            f"validator {name}", functools.partial(run_one_validator, name, fn, typed)
-        )
-    if typed.strict:
-        problems = [
-            Problem(p.key, p.value, p.reason, p.fix, p.kind, Severity.error) for p in problems
-        ]
-    return problems
+    """Every validator's findings on ``typed``, as the single run's check gives them, each
+    validator answered from ``memo`` where the values it read are unchanged."""
+
+    def remembered(name: str, fn: ValidatorFn, cfg: DictConfig) -> list[Problem]:
+        return memo.call(f"validator {name}", functools.partial(run_one_validator, name, fn, cfg))
+
+    return composition.rule_problems(typed, [], remembered)
 
 
 def world_problems(
