@@ -29,7 +29,7 @@ from hydra.core.config_loader import ConfigLoader
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.types import Override
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 from omegaconf.nodes import ValueNode
 
 #: Release series this module was written and tested against.
@@ -1012,17 +1012,20 @@ _TRACE_ORIGINALS: dict[tuple[type, str], Any] = {}
 _ABSENT = object()
 
 
-def _innermost() -> list[tuple[Any, Any]] | None:
-    """The calling thread's innermost trace, if it has one: a bound method kept past its
-    trace, or a call from another thread, records nothing."""
+def _sinks() -> list[list[tuple[Any, Any]]]:
+    """The traces a read of the calling thread feeds: its own innermost one, or, from a
+    thread that is not tracing, every tracing thread's innermost one (a check may read
+    through a worker thread; a read of another config altogether is told apart later by
+    the container read). A bound method kept past every trace records nothing."""
     stack = _TRACES.get(threading.get_ident())
-    return stack[-1] if stack else None
+    if stack:
+        return [stack[-1]]
+    return [s[-1] for s in list(_TRACES.values()) if s]
 
 
 def _recording_read(original: Any) -> Callable[..., Any]:
     def _get_node(self: Any, key: Any, *args: Any, **kwargs: Any) -> Any:
-        reads = _innermost()
-        if reads is not None:
+        for reads in _sinks():
             reads.append((self, key))
         return original(self, key, *args, **kwargs)
 
@@ -1031,10 +1034,16 @@ def _recording_read(original: Any) -> Callable[..., Any]:
 
 def _recording_write(original: Any) -> Callable[..., Any]:
     def write(self: Any, *args: Any, **kwargs: Any) -> Any:
-        reads = _innermost()
-        if reads is not None:
+        sinks = _sinks()
+        if sinks:
             owner = self._get_parent() if isinstance(self, ValueNode) else self
-            reads.append((owner, TRACE_WRITE))
+            # A container set from another (``OmegaConf.create(cfg)``) reads it whole,
+            # without ``_get_node``.
+            source = args[0] if args and isinstance(args[0], (DictConfig, ListConfig)) else None
+            for reads in sinks:
+                reads.append((owner, TRACE_WRITE))
+                if source is not None:
+                    reads.append((source, TRACE_WHOLE))
         return original(self, *args, **kwargs)
 
     return write
@@ -1042,8 +1051,7 @@ def _recording_write(original: Any) -> Callable[..., Any]:
 
 def _recording_whole(original: Any) -> Callable[..., Any]:
     def whole(self: Any, *args: Any) -> Any:
-        reads = _innermost()
-        if reads is not None:
+        for reads in _sinks():
             reads.append((self, TRACE_WHOLE))
         return original(self, *args)
 
@@ -1051,15 +1059,17 @@ def _recording_whole(original: Any) -> Callable[..., Any]:
 
 
 def _traced_methods() -> Iterator[tuple[type, str, str]]:
-    from omegaconf import ListConfig
     from omegaconf.basecontainer import BaseContainer
 
     for cls in (DictConfig, ListConfig):
         yield cls, "_get_node", "read"
         for name in ("_set_value", "__delitem__", "pop"):
             yield cls, name, "write"
-        for name in ("__str__", "__repr__", "__format__"):
-            yield cls, name, "whole"  # they read ``_content`` directly
+        # They read ``_content`` directly: text, and copies (``deepcopy``, which
+        # ``OmegaConf.merge`` starts from, ``copy`` through ``__getstate__``, pickling).
+        for name in ("__str__", "__repr__", "__format__", "__deepcopy__"):
+            yield cls, name, "whole"
+    yield BaseContainer, "__getstate__", "whole"
     yield ValueNode, "_set_value", "write"
     yield BaseContainer, "_set_item_impl", "write"
     yield ListConfig, "insert", "write"
@@ -1085,9 +1095,10 @@ def _patch_traced_methods(on: bool) -> None:
 def traced_reads() -> Iterator[list[tuple[Any, Any]]]:
     """The (container, key) pairs this thread reads while inside: every ``_get_node`` call
     (attributes, ``select``, ``to_container`` and interpolations all go through it), a
-    container's text as ``(container, TRACE_WHOLE)`` and a write as ``(owner,
+    container's text or copy as ``(container, TRACE_WHOLE)`` and a write as ``(owner,
     TRACE_WRITE)``. Nested traces feed their outer one; the methods are patched while any
-    thread traces, and record only for the thread that is tracing."""
+    thread traces. A tracing thread's reads feed its own trace only; a thread that is not
+    tracing feeds every thread's that is (:func:`_sinks`)."""
     me = threading.get_ident()
     reads: list[tuple[Any, Any]] = []
     with _TRACE_LOCK:

@@ -40,6 +40,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import inspect
+import os
 import re
 import sys
 from collections.abc import Iterable
@@ -226,9 +227,11 @@ def marker_in_source(path: str, role: str) -> bool | None:
     return role in decorators[name]
 
 
-#: (resolved path, size, mtime_ns) -> each top-level def's decorator names (the last def
-#: of a name wins); a sweep's world checks ask about the same few files at every point.
-_DECORATORS: dict[tuple[str, int, int], dict[str, tuple[str | None, ...]]] = {}
+#: (resolved path, inode, size, mtime_ns, ctime_ns) -> each top-level def's decorator
+#: names (the last def of a name wins); a sweep's world checks ask about the same few
+#: files at every point. The inode and ctime tell a file replaced (renamed over, or its
+#: mtime set back) within the same mtime tick.
+_DECORATORS: dict[tuple[str, int, int, int, int], dict[str, tuple[str | None, ...]]] = {}
 _DECORATORS_MAX = 64
 
 
@@ -237,7 +240,7 @@ def _top_level_decorators(source: Path) -> dict[str, tuple[str | None, ...]] | N
     version of the file (None: it cannot be read or parsed)."""
     try:
         before = source.stat()
-        key = (str(source.resolve()), before.st_size, before.st_mtime_ns)
+        key = (str(source.resolve()), *_version(before))
         if key in _DECORATORS:
             return _DECORATORS[key]
         tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
@@ -249,11 +252,15 @@ def _top_level_decorators(source: Path) -> dict[str, tuple[str | None, ...]] | N
         for node in tree.body
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
     }
-    if (after.st_size, after.st_mtime_ns) == key[1:]:  # not changed while read
+    if _version(after) == key[1:]:  # not changed while read
         if len(_DECORATORS) >= _DECORATORS_MAX:
             _DECORATORS.pop(next(iter(_DECORATORS)))
         _DECORATORS[key] = found
     return found
+
+
+def _version(stat: os.stat_result) -> tuple[int, int, int, int]:
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
 
 
 def _decorator_name(node: ast.expr) -> str | None:

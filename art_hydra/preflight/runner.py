@@ -104,7 +104,7 @@ def environment_sections() -> tuple[str, ...]:
 #: ``???`` default, or an interpolation that does not resolve). Each is registered with
 #: these as its ``reads`` (:func:`world_check`, at the end of this module).
 _READS: dict[str, tuple[str, ...]] = {
-    "task": ("task", "model", "algorithm", "rl", "sft", "seed"),
+    "task": ("task", "model", "algorithm", "rl", "sft", "seed", "timeouts"),
     "model": ("model", "task", "algorithm", "rl", "sft"),
     "model_load": ("model", "backend"),
     "backend": ("backend", "distributed", "model"),

@@ -12,11 +12,14 @@ return the same values.
 
 What this leans on, each guarded: the tree's shape (its containers, their content and
 keys) is the same at every point (a point that changes it is checked for real); a list
-is read as a whole (its iteration bypasses ``_get_node``); a check that reads a copy of
-the tree, or writes into it, is never remembered, nor is any check after it at a point
-where one wrote. Everything else a check may read (the user's hand, the launch plan, the
-files on disk) is fixed for the length of one sweep's pre-flight. The OmegaConf
-internals this needs live in :mod:`art_hydra.config.hydra_compat`.
+is read as a whole (its iteration bypasses ``_get_node``); copying a container
+(``deepcopy``, ``OmegaConf.merge``, ``OmegaConf.create``) reads all of it; a check that
+reads through a copy of a section (which still hangs from the tree), or writes into it,
+is never remembered, nor is any check after it at a point where one wrote; a read from a
+worker thread counts for the check that is running. Everything else a check may read
+(the user's hand, the launch plan, the files on disk) is fixed for the length of one
+sweep's pre-flight. The OmegaConf internals this needs live in
+:mod:`art_hydra.config.hydra_compat`.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from art_hydra.config.hydra_compat import (
 )
 
 _MISS = object()
+#: Where a node lies: the keys from the root to it.
+Path = tuple[Any, ...]
 
 
 class Tree:
@@ -45,7 +50,9 @@ class Tree:
     def __init__(self, cfg: DictConfig) -> None:
         self.cfg = cfg
         #: id(container) -> (path prefix of its children, or the whole list it lies in).
-        self.places: dict[int, tuple[str, bool]] = {}
+        #: A path is the tuple of keys from the root, so that an int key ``1`` and a
+        #: str key ``"1"``, or a key ``"a.b"`` and a section ``a`` holding ``b``, differ.
+        self.places: dict[int, tuple[Path, bool]] = {}
         #: Each indexed container's children (its content dict) and how many it holds.
         self._contents: list[tuple[dict, int]] = []
         #: (parent's content, key, node, its content): the sections that must stay in place,
@@ -55,29 +62,29 @@ class Tree:
         #: (content dict, key, container node): the leaf containers that must stay in place.
         self._containers: list[tuple[dict, Any, Any]] = []
         #: (path, content dict, key) of every leaf, a list being one leaf.
-        self._leaves: list[tuple[str, dict, Any]] = []
-        self._index(cfg, "", None, None)
-        self.base: dict[str, Any] = self.snapshot() or {}
+        self._leaves: list[tuple[Path, dict, Any]] = []
+        self._index(cfg, (), None, None)
+        self.base: dict[Path, Any] = self.snapshot() or {}
         #: Every section's prefix and every leaf's path, in order: two trees alike in this
         #: read the same leaves for the same reads.
         self.shape = (tuple(self.places.values()), tuple(self.base))
 
-    def _index(self, node: DictConfig, prefix: str, parent: dict | None, key: Any) -> None:
+    def _index(self, node: DictConfig, prefix: Path, parent: dict | None, key: Any) -> None:
         self.places[id(node)] = (prefix, False)
         content = node_children(node)  # untraced, unresolved
         self._sections.append((parent, key, node, content))
         self._contents.append((content, len(content)))
         for key, child in content.items():
-            path = f"{prefix}{key}"
+            path = (*prefix, key)
             if isinstance(child, DictConfig) and not node_is_special(child):
-                self._index(child, f"{path}.", content, key)
+                self._index(child, path, content, key)
             else:
                 if isinstance(child, (DictConfig, ListConfig)):
                     self._containers.append((content, key, child))
                     self._index_list(child, path)
                 self._leaves.append((path, content, key))
 
-    def snapshot(self) -> dict[str, Any] | None:
+    def snapshot(self) -> dict[Path, Any] | None:
         """Every leaf's value (a list is one leaf); None where the shape has changed."""
         try:
             if (
@@ -93,7 +100,7 @@ class Tree:
         except KeyError:
             return None
 
-    def _index_list(self, node: Any, path: str) -> None:
+    def _index_list(self, node: Any, path: Path) -> None:
         self.places[id(node)] = (path, True)
         if node_is_special(node):
             return
@@ -102,11 +109,11 @@ class Tree:
             if isinstance(child, (DictConfig, ListConfig)):
                 self._index_list(child, path)
 
-    def paths(self, reads: list[tuple[Any, Any]]) -> tuple[str, ...] | None:
+    def paths(self, reads: list[tuple[Any, Any]]) -> tuple[Path, ...] | None:
         """The leaves ``reads`` reached (None: the check wrote into the tree or read a copy
         of it). A container or an absent key is no leaf: the shape is the same at every
         point; a container read as a whole (its text) reached every leaf under it."""
-        found: dict[str, None] = {}
+        found: dict[Path, None] = {}
         for container, key in reads:
             place = self.places.get(id(container)) if container is not None else None
             if place is None:
@@ -117,9 +124,10 @@ class Tree:
                 return None
             prefix, whole = place
             if key is TRACE_WHOLE and not whole:
-                found.update(dict.fromkeys(p for p in self.base if p.startswith(prefix)))
+                size = len(prefix)
+                found.update(dict.fromkeys(p for p in self.base if p[:size] == prefix))
                 continue
-            path = prefix if whole else f"{prefix}{key}"
+            path = prefix if whole else (*prefix, key)
             if path in self.base:
                 found[path] = None
         return tuple(found)
@@ -134,13 +142,16 @@ class Tree:
 
 
 def _signature(node: Any) -> Any:
-    """A leaf's value as written, with its type (``1``, ``1.0`` and ``True`` differ); a
-    container's whole content."""
+    """A leaf's value as written, with its type (``1``, ``1.0`` and ``True`` differ, and
+    so do ``0.0`` and ``-0.0``, which compare equal but print apart); a container's whole
+    content, with its kind (an empty list is no empty dict)."""
     if isinstance(node, DictConfig) and not node_is_special(node):
-        return tuple((k, _signature(c)) for k, c in node_children(node).items())
+        return (dict, tuple((k, _signature(c)) for k, c in node_children(node).items()))
     if isinstance(node, ListConfig) and not node_is_special(node):
-        return tuple(_signature(c) for c in node_children(node))
+        return (list, tuple(_signature(c) for c in node_children(node)))
     value = node_value(node)
+    if isinstance(value, float):
+        return (float, repr(value))  # NaN too: one key that equals itself
     return (type(value), value)
 
 
@@ -150,7 +161,7 @@ class Memo:
     def __init__(self, tree: Tree) -> None:
         self.tree = tree
         #: name -> reads (paths) -> their values -> verdict.
-        self.kept: dict[str, dict[tuple[str, ...], dict[tuple, Any]]] = {}
+        self.kept: dict[str, dict[tuple[Path, ...], dict[tuple, Any]]] = {}
         #: Checks found writing into the tree or reading a copy of it: always run.
         self.never: set[str] = set()
         #: Checks found writing into the tree: once one runs, the point's values may differ
@@ -158,9 +169,9 @@ class Memo:
         self.writers: set[str] = set()
         #: The current point's leaves (None: its shape differs or a check wrote into it;
         #: nothing is remembered).
-        self.leaves: dict[str, Any] | None = None
+        self.leaves: dict[Path, Any] | None = None
         #: Verdicts found at the current point, kept once the point proves unwritten.
-        self.fresh: list[tuple[str, tuple[str, ...], tuple, Any]] = []
+        self.fresh: list[tuple[str, tuple[Path, ...], tuple, Any]] = []
         self.hits = 0
 
     def begin(self) -> None:
@@ -210,7 +221,7 @@ class Memo:
             self.fresh.append((name, paths, values, tuple(verdict)))
         return verdict
 
-    def _judge(self, name: str, reads: list[tuple[Any, Any]]) -> tuple[str, ...] | None:
+    def _judge(self, name: str, reads: list[tuple[Any, Any]]) -> tuple[Path, ...] | None:
         """The leaves ``name`` read, or None when it may never be remembered."""
         paths = self.tree.paths(reads)
         if paths is None:

@@ -4,15 +4,21 @@ there in the order they report, and a launcher script's module adds one with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import textwrap
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import pytest
 from conftest import output_of
+from hydra.types import RunMode
 
+from art_hydra.config.composition import compose_and_check, make_loader
+from art_hydra.config.hydra_compat import node_children, node_parent, traced_reads
 from art_hydra.preflight import ENVIRONMENT_SECTIONS, environment_sections
 from art_hydra.preflight.world_check_registry import adapted_checks, registered_world_checks
 
@@ -47,6 +53,37 @@ def test_art_hydra_s_own_checks_are_registered_in_report_order() -> None:
     assert list(checks)[:6] == ["task", "model", "model_load", "backend", "trackers", "eval"]
     assert checks["backend"].devices and not checks["task"].devices
     assert set(environment_sections()) == set(ENVIRONMENT_SECTIONS)
+
+
+def _section_of(root: Any, container: Any, key: Any) -> str | None:
+    """The top-level section a traced read (``container``, ``key``) lies in."""
+    chain = [container]
+    while node_parent(chain[-1]) is not None:
+        chain.append(node_parent(chain[-1]))
+    if chain[-1] is not root:
+        return None  # another config altogether
+    if len(chain) == 1:
+        return key if isinstance(key, str) and not key.startswith("\0") else None
+    return next(k for k, v in node_children(root).items() if v is chain[-2])
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [[], ["experiment=tool_use"], ["task=reverse"], ["algorithm=sft"], ["task=jsonl"]],
+)
+def test_each_built_in_check_reads_only_the_sections_it_declares(overrides: list[str]) -> None:
+    # A check is skipped when a section it declares holds a refused key, and a refusal's
+    # fixes reuse its verdict while those sections agree: a section read but not declared
+    # would be a verdict kept across a change it depends on.
+    result = compose_and_check(make_loader(), "config", overrides, RunMode.RUN)
+    cfg = result.resolved
+    assert cfg is not None
+    for name, check in registered_world_checks().items():
+        # A missing file is a verdict, not a crash: only the reads count here.
+        with traced_reads() as reads, contextlib.suppress(Exception):
+            list((check.fn(cfg, True) if check.devices else check.fn(cfg)) or ())
+        read = {_section_of(cfg, container, key) for container, key in reads} - {None}
+        assert read <= set(check.reads), (name, sorted(read - set(check.reads)))
 
 
 def test_checks_are_handed_out_adapted_only_inside_adapted_checks() -> None:

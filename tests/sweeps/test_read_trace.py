@@ -198,26 +198,77 @@ def test_after_a_check_writes_at_a_point_nothing_more_is_remembered_there() -> N
     assert "reader" not in memo.kept
 
 
-def test_only_the_tracing_threads_reads_count() -> None:
+def test_a_read_from_a_worker_thread_counts_for_the_running_check() -> None:
     cfg = _cfg()
     memo = Memo(Tree(cfg))
 
-    def with_a_neighbour(c: DictConfig) -> list[Any]:
-        thread = threading.Thread(target=lambda: c.a.y)  # another thread's read
+    def with_a_worker(c: DictConfig) -> list[Any]:
+        seen: list[Any] = []
+        thread = threading.Thread(target=lambda: seen.append(c.a.y))  # the check's helper
         thread.start()
         thread.join()
-        return [c.a.x]
+        return [c.a.x, *seen]
 
-    check = _Counted(with_a_neighbour)
-    assert _point(memo, cfg, check) == [1]
-    assert _point(memo, cfg, check, a__y=9.0) == [1]
-    assert check.runs == 1
+    check = _Counted(with_a_worker)
+    assert _point(memo, cfg, check) == [1, 2.0]
+    assert _point(memo, cfg, check, a__y=9.0) == [1, 9.0]  # the worker's read was recorded
+    assert _point(memo, cfg, check, b__ref="x") == [1, 2.0]  # unread: remembered
+    assert check.runs == 2
     kept: list[Any] = []
     memo.kept.clear()
     memo.begin()
     memo.call("keeps", lambda: kept.append(cfg._get_node) or [])
     memo.end()
     assert kept[0]("a") is not None  # a patched method kept past its trace still works
+
+
+@pytest.mark.parametrize(
+    "copy_of",
+    [
+        copy.deepcopy,
+        copy.copy,
+        lambda c: c.copy(),
+        lambda c: OmegaConf.merge(c, {}),
+        lambda c: OmegaConf.create(c),
+        lambda c: OmegaConf.create({"inner": c}).inner,
+    ],
+)
+def test_a_check_that_reads_a_copy_of_the_whole_config_reads_all_of_it(copy_of: Any) -> None:
+    # A copy of the root hangs from nothing: its reads are not the tree's, so the copy
+    # itself must count as reading every leaf (a root leaf and a deep one alike).
+    cfg = OmegaConf.create({"seed": 1, "a": {"x": 1, "deep": {"z": 5}}})
+    memo = Memo(Tree(cfg))
+    check = _Counted(lambda c: [(lambda d: (d.seed, d.a.deep.z))(copy_of(c))])
+    for seed, z in ((1, 5), (2, 5), (2, 6), (1, 5)):
+        cfg.seed, cfg.a.deep.z = seed, z
+        memo.begin()
+        assert memo.call("check", lambda: check(cfg)) == [(seed, z)]
+        memo.end()
+    assert check.runs == 3  # the last point is the first again
+
+
+def test_values_that_compare_equal_but_read_apart_are_not_one_key() -> None:
+    cfg = OmegaConf.create({"v": 0.0, "ints": {1: "int key", "1": "str key"}})
+    memo = Memo(Tree(cfg))
+    shown = _Counted(lambda c: [f"{c.v}"])
+    for value, text in ((0.0, "0.0"), (-0.0, "-0.0"), (0.0, "0.0")):
+        cfg.v = value
+        memo.begin()
+        assert memo.call("check", lambda: shown(cfg)) == [text]
+        memo.end()
+    assert shown.runs == 2
+    lists = [Tree(OmegaConf.create({"seq": [inner]})).base[("seq",)] for inner in ([], {})]
+    assert lists[0] != lists[1]  # a list holding an empty list, or an empty dict
+    by_key = _Counted(lambda c: [c.ints["1"]])  # reads the str key only
+    memo = Memo(Tree(cfg))
+    for value in ("str key", "changed", "changed"):
+        cfg.ints["1"] = value
+        cfg.ints[1] = "int key " + value  # the int key changes alongside, unread
+        memo.begin()
+        assert memo.call("check", lambda: by_key(cfg)) == [value]
+        memo.end()
+    assert by_key.runs == 2
+    assert {("ints", 1), ("ints", "1")} <= set(Tree(cfg).base)
 
 
 def _half(cfg: DictConfig) -> Iterator[Problem]:
