@@ -1005,6 +1005,17 @@ def resolve_text(cfg: DictConfig, text: str) -> Any:
 TRACE_WRITE = "\0write"
 #: The key recorded for a container read as a whole without ``_get_node`` (its text).
 TRACE_WHOLE = "\0whole"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CopyOf:
+    """The key recorded for a container made as a copy of ``source`` (``deepcopy``, which
+    ``OmegaConf.merge`` starts from, or ``OmegaConf.create(source)``): a read of the copy
+    is a read of what it was copied from."""
+
+    source: Any
+
+
 #: Thread id -> its running traces, innermost last (a thread's reads feed only its own).
 _TRACES: dict[int, list[list[tuple[Any, Any]]]] = {}
 _TRACE_LOCK = threading.Lock()
@@ -1019,8 +1030,11 @@ def _sinks() -> list[list[tuple[Any, Any]]]:
     the container read). A bound method kept past every trace records nothing."""
     stack = _TRACES.get(threading.get_ident())
     if stack:
-        return [stack[-1]]
-    return [s[-1] for s in list(_TRACES.values()) if s]
+        return stack[-1:]
+    if not _TRACES:
+        return []
+    with _TRACE_LOCK:  # another thread may be starting or ending its trace
+        return [s[-1] for s in _TRACES.values() if s]
 
 
 def _recording_read(original: Any) -> Callable[..., Any]:
@@ -1037,25 +1051,35 @@ def _recording_write(original: Any) -> Callable[..., Any]:
         sinks = _sinks()
         if sinks:
             owner = self._get_parent() if isinstance(self, ValueNode) else self
-            # A container set from another (``OmegaConf.create(cfg)``) reads it whole,
-            # without ``_get_node``.
+            # A container set from another (``OmegaConf.create(cfg)``) copies it, without
+            # ``_get_node``.
             source = args[0] if args and isinstance(args[0], (DictConfig, ListConfig)) else None
             for reads in sinks:
                 reads.append((owner, TRACE_WRITE))
                 if source is not None:
-                    reads.append((source, TRACE_WHOLE))
+                    reads.append((self, CopyOf(source)))
         return original(self, *args, **kwargs)
 
     return write
 
 
 def _recording_whole(original: Any) -> Callable[..., Any]:
-    def whole(self: Any, *args: Any) -> Any:
+    def whole(self: Any, *args: Any, **kwargs: Any) -> Any:
         for reads in _sinks():
             reads.append((self, TRACE_WHOLE))
-        return original(self, *args)
+        return original(self, *args, **kwargs)
 
     return whole
+
+
+def _recording_copy(original: Any) -> Callable[..., Any]:
+    def __deepcopy__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        made = original(self, *args, **kwargs)
+        for reads in _sinks():
+            reads.append((made, CopyOf(self)))  # each container below is copied the same way
+        return made
+
+    return __deepcopy__
 
 
 def _traced_methods() -> Iterator[tuple[type, str, str]]:
@@ -1065,10 +1089,10 @@ def _traced_methods() -> Iterator[tuple[type, str, str]]:
         yield cls, "_get_node", "read"
         for name in ("_set_value", "__delitem__", "pop"):
             yield cls, name, "write"
-        # They read ``_content`` directly: text, and copies (``deepcopy``, which
-        # ``OmegaConf.merge`` starts from, ``copy`` through ``__getstate__``, pickling).
-        for name in ("__str__", "__repr__", "__format__", "__deepcopy__"):
-            yield cls, name, "whole"
+        for name in ("__str__", "__repr__", "__format__"):
+            yield cls, name, "whole"  # they read ``_content`` directly
+        yield cls, "__deepcopy__", "copy"
+    # ``copy.copy`` and pickling: a shallow copy shares the children, a pickle is text.
     yield BaseContainer, "__getstate__", "whole"
     yield ValueNode, "_set_value", "write"
     yield BaseContainer, "_set_item_impl", "write"
@@ -1076,11 +1100,19 @@ def _traced_methods() -> Iterator[tuple[type, str, str]]:
     yield ListConfig, "append", "write"
 
 
+_WRAPPERS = {
+    "read": _recording_read,
+    "write": _recording_write,
+    "whole": _recording_whole,
+    "copy": _recording_copy,
+}
+
+
 def _patch_traced_methods(on: bool) -> None:
     if on:
         for cls, name, what in _traced_methods():
             _TRACE_ORIGINALS[(cls, name)] = cls.__dict__.get(name, _ABSENT)
-            wrap = {"read": _recording_read, "write": _recording_write}.get(what, _recording_whole)
+            wrap = _WRAPPERS[what]
             setattr(cls, name, wrap(getattr(cls, name)))
         return
     for (cls, name), original in reversed(list(_TRACE_ORIGINALS.items())):
@@ -1095,10 +1127,11 @@ def _patch_traced_methods(on: bool) -> None:
 def traced_reads() -> Iterator[list[tuple[Any, Any]]]:
     """The (container, key) pairs this thread reads while inside: every ``_get_node`` call
     (attributes, ``select``, ``to_container`` and interpolations all go through it), a
-    container's text or copy as ``(container, TRACE_WHOLE)`` and a write as ``(owner,
-    TRACE_WRITE)``. Nested traces feed their outer one; the methods are patched while any
-    thread traces. A tracing thread's reads feed its own trace only; a thread that is not
-    tracing feeds every thread's that is (:func:`_sinks`)."""
+    container's text as ``(container, TRACE_WHOLE)``, a copy as ``(copy,
+    CopyOf(source))`` and a write as ``(owner, TRACE_WRITE)``. Nested traces feed their
+    outer one; the methods are patched while any thread traces. A tracing thread's reads
+    feed its own trace only; a thread that is not tracing feeds every thread's that is
+    (:func:`_sinks`)."""
     me = threading.get_ident()
     reads: list[tuple[Any, Any]] = []
     with _TRACE_LOCK:
@@ -1134,6 +1167,18 @@ def node_value(node: Any) -> Any:
 def node_is_special(node: Any) -> bool:
     """A container holding no children: None, ``???`` or an interpolation."""
     return bool(node._is_none() or node._is_missing() or node._is_interpolation())
+
+
+def node_key(container: Any, key: Any) -> Any:
+    """``key`` as ``container`` stores it (a dict with Enum keys is read by the member's
+    name, and stores the member); ``key`` itself where it cannot be told."""
+    normalize = getattr(container, "_validate_and_normalize_key", None)
+    if normalize is None:
+        return key
+    try:
+        return normalize(key)
+    except Exception:
+        return key
 
 
 def node_parent(node: Any) -> Any:

@@ -109,7 +109,7 @@ _READS: dict[str, tuple[str, ...]] = {
     "model_load": ("model", "backend"),
     "backend": ("backend", "distributed", "model"),
     "trackers": ("logging",),
-    "eval": ("eval", "task", "algorithm", "rl", "sft", "seed"),
+    "eval": ("eval", "task", "model", "algorithm", "rl", "sft", "seed"),
     "rollout": ("rollout", "model", "backend", "algorithm", "rl", "eval"),
     "environments": ("task", "model", "algorithm", "rl", "sft", "seed", "timeouts"),
     "ranks": ("distributed", "model", "backend", "algorithm", "rl", "eval", "rollout"),

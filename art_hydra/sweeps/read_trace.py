@@ -12,11 +12,12 @@ return the same values.
 
 What this leans on, each guarded: the tree's shape (its containers, their content and
 keys) is the same at every point (a point that changes it is checked for real); a list
-is read as a whole (its iteration bypasses ``_get_node``); copying a container
-(``deepcopy``, ``OmegaConf.merge``, ``OmegaConf.create``) reads all of it; a check that
-reads through a copy of a section (which still hangs from the tree), or writes into it,
-is never remembered, nor is any check after it at a point where one wrote; a read from a
-worker thread counts for the check that is running. Everything else a check may read
+is read as a whole (its iteration bypasses ``_get_node``); a read of a copy
+(``deepcopy``, ``OmegaConf.merge``, ``OmegaConf.create``) is a read of what it was copied
+from, and a shallow copy or a pickle reads all of it; a check that writes into the tree,
+or reads a node hanging from it that is no copy of it, is never remembered, nor is any
+check after one that wrote at that point; a read from a thread that is not tracing counts
+for the check that is running. Everything else a check may read
 (the user's hand, the launch plan, the files on disk) is fixed for the length of one
 sweep's pre-flight. The OmegaConf internals this needs live in
 :mod:`art_hydra.config.hydra_compat`.
@@ -32,8 +33,10 @@ from omegaconf import DictConfig, ListConfig
 from art_hydra.config.hydra_compat import (
     TRACE_WHOLE,
     TRACE_WRITE,
+    CopyOf,
     node_children,
     node_is_special,
+    node_key,
     node_parent,
     node_value,
     traced_reads,
@@ -110,14 +113,27 @@ class Tree:
                 self._index_list(child, path)
 
     def paths(self, reads: list[tuple[Any, Any]]) -> tuple[Path, ...] | None:
-        """The leaves ``reads`` reached (None: the check wrote into the tree or read a copy
-        of it). A container or an absent key is no leaf: the shape is the same at every
-        point; a container read as a whole (its text) reached every leaf under it."""
+        """The leaves ``reads`` reached (None: the check wrote into the tree, or read
+        through a node hanging from it that is no copy of it). A read of a copy is a read
+        of what it was copied from; a container or an absent key is no leaf (the shape is
+        the same at every point); a container read as a whole (its text) reached every
+        leaf under it; a write into another config, or into a copy, is no write here."""
+        copies = {
+            id(container): key.source
+            for container, key in reads
+            if isinstance(key, CopyOf) and id(container) not in self.places
+        }
         found: dict[Path, None] = {}
         for container, key in reads:
+            if isinstance(key, CopyOf) or (key is TRACE_WRITE and id(container) in copies):
+                continue  # a write into a copy is none into the tree
+            for _ in range(len(copies)):  # a copy of a copy: back to the first
+                if id(container) not in copies:
+                    break
+                container = copies[id(container)]
             place = self.places.get(id(container)) if container is not None else None
             if place is None:
-                if container is not None and self._copied(container):
+                if key is not TRACE_WRITE and container is not None and self._copied(container):
                     return None
                 continue  # another config altogether
             if key is TRACE_WRITE:
@@ -128,9 +144,18 @@ class Tree:
                 found.update(dict.fromkeys(p for p in self.base if p[:size] == prefix))
                 continue
             path = prefix if whole else (*prefix, key)
+            if not whole and path not in self.base:
+                path = (*prefix, node_key(container, key))  # an Enum key read by its name
             if path in self.base:
                 found[path] = None
         return tuple(found)
+
+    def wrote(self, reads: list[tuple[Any, Any]]) -> bool:
+        """Whether ``reads`` hold a write into this tree (not into a copy or another)."""
+        return any(
+            key is TRACE_WRITE and container is not None and id(container) in self.places
+            for container, key in reads
+        )
 
     def _copied(self, container: Any) -> bool:
         parent = node_parent(container)
@@ -226,7 +251,7 @@ class Memo:
         paths = self.tree.paths(reads)
         if paths is None:
             self.never.add(name)
-            if any(key is TRACE_WRITE for _, key in reads):
+            if self.tree.wrote(reads):
                 self.writers.add(name)
                 self._written()
         return paths

@@ -84,6 +84,7 @@ def test_a_length_the_user_sets_past_the_positions_is_still_refused(
     assert problem.fix.overrides() == ["model.max_seq_length=512"]
 
 
+@pytest.mark.model  # imports the run's recipe, and with it torch
 def test_the_run_derives_the_length_the_preflight_checked(folders: dict[str, Path]) -> None:
     """One function for both: the run settles null before anything reads it."""
     from art_hydra.engine.recipe import settle_max_seq_length

@@ -18,9 +18,10 @@ from conftest import output_of
 from hydra.types import RunMode
 
 from art_hydra.config.composition import compose_and_check, make_loader
-from art_hydra.config.hydra_compat import node_children, node_parent, traced_reads
+from art_hydra.config.hydra_compat import traced_reads
 from art_hydra.preflight import ENVIRONMENT_SECTIONS, environment_sections
 from art_hydra.preflight.world_check_registry import adapted_checks, registered_world_checks
+from art_hydra.sweeps.read_trace import Tree
 
 USER_CHECKS = '''
 from art_hydra import Problem, fix
@@ -55,34 +56,62 @@ def test_art_hydra_s_own_checks_are_registered_in_report_order() -> None:
     assert set(environment_sections()) == set(ENVIRONMENT_SECTIONS)
 
 
-def _section_of(root: Any, container: Any, key: Any) -> str | None:
-    """The top-level section a traced read (``container``, ``key``) lies in."""
-    chain = [container]
-    while node_parent(chain[-1]) is not None:
-        chain.append(node_parent(chain[-1]))
-    if chain[-1] is not root:
-        return None  # another config altogether
-    if len(chain) == 1:
-        return key if isinstance(key, str) and not key.startswith("\0") else None
-    return next(k for k, v in node_children(root).items() if v is chain[-2])
+@pytest.fixture(scope="module")
+def user_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A random-weight Mistral folder and a JSONL file: the checks read past their early
+    returns (no model cached, no data) only with files of the user's own."""
+    from model_folders import char_tokenizer, random_model
+
+    root = tmp_path_factory.mktemp("declared")
+    folder = root / "mistral"
+    random_model(folder, "mistral", char_tokenizer(folder), max_position_embeddings=128)
+    data = root / "data.jsonl"
+    data.write_text("".join(f'{{"prompt": "ab{i}=", "answer": "ba"}}\n' for i in range(8)))
+    return {"model": folder, "data": data}
+
+
+def _own_files(files: dict[str, Path]) -> list[str]:
+    return [
+        "model=pretrained",
+        f"model.name={files['model']}",
+        "task=jsonl",
+        f"task.path={files['data']}",
+        f"eval.path={files['data']}",
+        "rl.max_prompt_length=16",
+        "rl.max_completion_length=32",
+    ]
 
 
 @pytest.mark.parametrize(
     "overrides",
-    [[], ["experiment=tool_use"], ["task=reverse"], ["algorithm=sft"], ["task=jsonl"]],
+    [
+        [],
+        ["experiment=tool_use"],
+        ["task=reverse", "eval.fraction=0.25"],
+        ["algorithm=sft"],
+        ["task=jsonl"],
+        _own_files,
+        lambda files: [*_own_files(files), "algorithm=sft", "model.finetune=full"],
+    ],
 )
-def test_each_built_in_check_reads_only_the_sections_it_declares(overrides: list[str]) -> None:
+def test_each_built_in_check_reads_only_the_sections_it_declares(
+    overrides: Any, user_files: dict[str, Path]
+) -> None:
     # A check is skipped when a section it declares holds a refused key, and a refusal's
     # fixes reuse its verdict while those sections agree: a section read but not declared
     # would be a verdict kept across a change it depends on.
+    overrides = overrides(user_files) if callable(overrides) else overrides
     result = compose_and_check(make_loader(), "config", overrides, RunMode.RUN)
     cfg = result.resolved
-    assert cfg is not None
+    assert cfg is not None, result.problems
+    tree = Tree(cfg)
     for name, check in registered_world_checks().items():
         # A missing file is a verdict, not a crash: only the reads count here.
         with traced_reads() as reads, contextlib.suppress(Exception):
             list((check.fn(cfg, True) if check.devices else check.fn(cfg)) or ())
-        read = {_section_of(cfg, container, key) for container, key in reads} - {None}
+        paths = tree.paths(reads)  # as a sweep's memory reads them (copies followed)
+        assert paths is not None, f"{name} wrote into the config or read a loose copy of it"
+        read = {str(path[0]) for path in paths}
         assert read <= set(check.reads), (name, sorted(read - set(check.reads)))
 
 

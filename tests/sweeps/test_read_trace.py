@@ -5,6 +5,8 @@ config or reads a copy of it is never remembered (:mod:`art_hydra.sweeps.read_tr
 from __future__ import annotations
 
 import copy
+import enum
+import functools
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -86,7 +88,7 @@ def test_interpolations_lists_and_whole_sections_count_as_reads() -> None:
     assert _point(memo, cfg, whole, a__y=6.0) == [6.0]
 
 
-def test_a_check_that_writes_or_reads_a_copy_is_never_remembered() -> None:
+def test_a_check_that_writes_is_never_remembered() -> None:
     cfg = _cfg()
     memo = Memo(Tree(cfg))
 
@@ -95,13 +97,43 @@ def test_a_check_that_writes_or_reads_a_copy_is_never_remembered() -> None:
         return [c.a.x]
 
     writer = _Counted(writes)
-    copier = _Counted(lambda c: [copy.deepcopy(c.a).x])
-    for check in (writer, copier):
-        memo.kept.clear()
-        assert _point(memo, cfg, check) == [1]
-        assert _point(memo, cfg, check) == [1]
-        assert check.runs == 2
+    assert _point(memo, cfg, writer) == [1]
+    assert _point(memo, cfg, writer) == [1]
+    assert writer.runs == 2
     assert "check" in memo.never
+
+
+@pytest.mark.parametrize(
+    ("copy_of", "exact"),
+    [
+        (copy.deepcopy, True),
+        (lambda a: copy.deepcopy(copy.deepcopy(a)), True),
+        # Merging into the copy, and filling a new config, read each key of the copy.
+        (lambda a: OmegaConf.merge(a, {"y": 0.5}), False),  # a write into the copy only
+        (lambda a: OmegaConf.create(a), False),
+    ],
+)
+def test_a_read_of_a_sections_copy_is_a_read_of_the_section(copy_of: Any, exact: bool) -> None:
+    cfg = _cfg()
+    memo = Memo(Tree(cfg))
+    copier = _Counted(lambda c: [copy_of(c.a).x])
+    after = _Counted(lambda c: [c.b.ref])  # runs after the copier at each point
+
+    def point(**values: Any) -> list[Any]:
+        for key, value in values.items():
+            OmegaConf.update(cfg, key.replace("__", "."), value, merge=False)
+        memo.begin()
+        try:
+            return memo.call("copier", lambda: copier(cfg)) + memo.call("after", lambda: after(cfg))
+        finally:
+            memo.end()
+
+    assert point() == [1, 1]
+    assert point(a__y=9.0) == [1, 1]  # y was copied, never read
+    assert point(a__x=4) == [4, 4]
+    assert point(a__x=1, a__y=2.0) == [1, 1]
+    assert (copier.runs, after.runs) == (2 if exact else 3, 2)
+    assert not memo.never
 
 
 def test_a_point_that_changes_the_shape_is_checked_for_real() -> None:
@@ -259,16 +291,50 @@ def test_values_that_compare_equal_but_read_apart_are_not_one_key() -> None:
     assert shown.runs == 2
     lists = [Tree(OmegaConf.create({"seq": [inner]})).base[("seq",)] for inner in ([], {})]
     assert lists[0] != lists[1]  # a list holding an empty list, or an empty dict
-    by_key = _Counted(lambda c: [c.ints["1"]])  # reads the str key only
+    for key, other in ((1, "1"), ("1", 1)):  # one key read, the other changed alongside
+        by_key = _Counted(lambda c, key=key: [c.ints[key]])
+        memo = Memo(Tree(cfg))
+        for value in ("first", "changed", "changed"):
+            cfg.ints[key], cfg.ints[other] = value, "unread " + value
+            memo.begin()
+            assert memo.call("check", functools.partial(by_key, cfg)) == [value]
+            memo.end()
+        assert by_key.runs == 2
+
+
+def test_a_dotted_key_is_not_the_section_of_that_name() -> None:
+    cfg = OmegaConf.create({"a.b": 1, "a": {"b": 2}})
     memo = Memo(Tree(cfg))
-    for value in ("str key", "changed", "changed"):
-        cfg.ints["1"] = value
-        cfg.ints[1] = "int key " + value  # the int key changes alongside, unread
+    check = _Counted(lambda c: [c["a.b"]])
+    for flat, nested in ((1, 2), (1, 3), (5, 3)):
+        cfg["a.b"], cfg.a.b = flat, nested
         memo.begin()
-        assert memo.call("check", lambda: by_key(cfg)) == [value]
+        assert memo.call("check", lambda: check(cfg)) == [flat]
         memo.end()
-    assert by_key.runs == 2
-    assert {("ints", 1), ("ints", "1")} <= set(Tree(cfg).base)
+    assert check.runs == 2
+
+
+class _Colour(enum.Enum):
+    RED = 1
+    BLUE = 2
+
+
+@dataclass
+class _ByColour:
+    weights: dict[_Colour, int] = field(default_factory=lambda: {_Colour.RED: 1, _Colour.BLUE: 2})
+
+
+@pytest.mark.parametrize("read", [lambda c: c.weights.RED, lambda c: c.weights["RED"]])
+def test_a_dict_with_enum_keys_read_by_name_is_keyed_by_the_member(read: Any) -> None:
+    cfg = OmegaConf.structured(_ByColour)
+    memo = Memo(Tree(cfg))
+    check = _Counted(lambda c: [read(c)])
+    for red, blue in ((1, 2), (1, 3), (4, 3)):
+        cfg.weights[_Colour.RED], cfg.weights[_Colour.BLUE] = red, blue
+        memo.begin()
+        assert memo.call("check", lambda: check(cfg)) == [red]
+        memo.end()
+    assert check.runs == 2
 
 
 def _half(cfg: DictConfig) -> Iterator[Problem]:
