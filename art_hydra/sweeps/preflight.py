@@ -80,6 +80,9 @@ class _Base:
     chosen: Callable[[str], Any]
     #: Whether an interpolation in the ``hydra`` node reads a run-config value.
     hydra_reads_run: bool = True
+    #: Who set what (:func:`art_hydra.config.inert.origins_of`), as the full way traces it
+    #: for the checks of settings the run never reads.
+    origins: inert.Origins | None = None
     trust: dict[tuple, bool] = field(default_factory=dict)
     #: Each validator's and world check's verdicts, by the values it read.
     memo: Memo = field(init=False)
@@ -220,8 +223,9 @@ class PointChecker:
             for key, value in changed.items():
                 parent, leaf = _parent(typed, key)
                 parent[leaf] = _canonical(key, value)
-            if settle(typed, list(changed), self.hand):
-                return None  # a bound problem resets values: the full way reports it
+            with inert.tracing(base.origins):
+                if settle(typed, list(changed), self.hand):
+                    return None  # a bound problem resets values: the full way reports it
             return self._checks(base, typed, run_dir)
 
     def _checks(self, base: _Base, typed: DictConfig, run_dir: str) -> list[Problem]:
@@ -230,7 +234,8 @@ class PointChecker:
         memo = base.memo
         memo.begin()
         try:
-            found = remembered_checks.rule_problems(typed, memo)
+            with inert.tracing(base.origins):  # who set what, as the full way says
+                found = remembered_checks.rule_problems(typed, memo)
             failed = frozenset(p.key for p in found if p.is_error)
             with by_hand(self.hand):
                 sweep = base.composed.hydra.get("mode") == RunMode.MULTIRUN
@@ -306,10 +311,14 @@ class PointChecker:
             typed, problems = fit(copy.deepcopy(composed), in_place=True)
         with hydra_compat.read_write_open(typed):
             typed.pop(HYDRA_KEY, None)
-        if problems or settle(typed, hand=self.hand):
-            return None  # values reset to defaults: only the full way reports it right
+        # As the full way traces a sweep point: its own command line, the group files.
+        origins = inert.origins_of(self.hand, chosen.choices, chosen.loaded)
+        with inert.tracing(origins):
+            if problems or settle(typed, hand=self.hand):
+                return None  # values reset to defaults: only the full way reports it right
         reads = _reads_run_config(composed.hydra)
         base = _Base(composed, typed, interpolated, chosen, hydra_reads_run=reads)
+        base.origins = origins
         raws = {k: str(hydra_compat.raw_value(*_parent(composed, k))) for k in interpolated}
         base.plain_refs = all(_job_independent(raw) for raw in raws.values())
         if base.plain_refs:

@@ -48,6 +48,8 @@ VALUES = [
     "seed.x=1",
     "rl.nope.deep=1",
     "trainer=5",
+    "rl.max_prompt_length=3",
+    "eval.max_examples=2",
 ]
 GROUPS = ["algorithm=sft", "task=digit_sum", "model=qwen2_5_0_5b_instruct", "backend=unsloth"]
 
@@ -65,11 +67,20 @@ def _fields(problems: list) -> list[tuple]:
 
 @pytest.mark.parametrize(
     ("seed", "master_extra"),
-    [(1, []), (2, ["hydra.sweep.subdir=${hydra.job.override_dirname}"]), (3, ["strict=true"])],
+    [
+        (1, []),
+        (2, ["hydra.sweep.subdir=${hydra.job.override_dirname}"]),
+        (3, ["strict=true"]),
+        # Evaluation data of its own: the eval check reads it through a copy of the config.
+        (4, ["task=jsonl", "task.path=DATA", "eval.path=DATA"]),
+    ],
 )
 def test_random_points_get_the_verdict_of_full_composition(
     tmp_path, seed: int, master_extra: list[str]
 ) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(f'{{"prompt": "ab{i}=", "answer": "ba"}}\n' for i in range(8)))
+    master_extra = [o.replace("DATA", str(data)) for o in master_extra]
     rng = random.Random(seed)
     loader, master = _master(str(tmp_path / "sweep"), master_extra)
     hand = sweep_hand(master)
