@@ -66,6 +66,8 @@ class Tree:
         self._containers: list[tuple[dict, Any, Any]] = []
         #: (path, content dict, key) of every leaf, a list being one leaf.
         self._leaves: list[tuple[Path, dict, Any]] = []
+        #: The containers in lists (the others are held by ``_sections``).
+        self._held: list[Any] = []
         self._index(cfg, (), None, None)
         self.base: dict[Path, Any] = self.snapshot() or {}
         #: Every section's prefix and every leaf's path, in order: two trees alike in this
@@ -105,6 +107,7 @@ class Tree:
 
     def _index_list(self, node: Any, path: Path) -> None:
         self.places[id(node)] = (path, True)
+        self._held.append(node)  # placed by id: kept alive, so no other node takes its id
         if node_is_special(node):
             return
         content = node_children(node)
@@ -118,36 +121,34 @@ class Tree:
         of what it was copied from; a container or an absent key is no leaf (the shape is
         the same at every point); a container read as a whole (its text) reached every
         leaf under it; a write into another config, or into a copy, is no write here."""
-        copies = {
-            id(container): key.source
-            for container, key in reads
-            if isinstance(key, CopyOf) and id(container) not in self.places
-        }
-        found: dict[Path, None] = {}
+        # A copy's sources: more than one where a section was assigned into a copy
+        # (a typed section is filled in place), each then counted.
+        copies: dict[int, list[Any]] = {}
         for container, key in reads:
-            if isinstance(key, CopyOf) or (key is TRACE_WRITE and id(container) in copies):
+            if isinstance(key, CopyOf) and id(container) not in self.places:
+                copies.setdefault(id(container), []).append(key.source)
+        found: dict[Path, None] = {}
+        for read, key in reads:
+            if isinstance(key, CopyOf) or (key is TRACE_WRITE and id(read) in copies):
                 continue  # a write into a copy is none into the tree
-            for _ in range(len(copies)):  # a copy of a copy: back to the first
-                if id(container) not in copies:
-                    break
-                container = copies[id(container)]
-            place = self.places.get(id(container)) if container is not None else None
-            if place is None:
-                if key is not TRACE_WRITE and container is not None and self._copied(container):
+            for container in _origins(read, copies):
+                place = self.places.get(id(container)) if container is not None else None
+                if place is None:
+                    if key is not TRACE_WRITE and container is not None and self._copied(container):
+                        return None
+                    continue  # another config altogether
+                if key is TRACE_WRITE:
                     return None
-                continue  # another config altogether
-            if key is TRACE_WRITE:
-                return None
-            prefix, whole = place
-            if key is TRACE_WHOLE and not whole:
-                size = len(prefix)
-                found.update(dict.fromkeys(p for p in self.base if p[:size] == prefix))
-                continue
-            path = prefix if whole else (*prefix, key)
-            if not whole and path not in self.base:
-                path = (*prefix, node_key(container, key))  # an Enum key read by its name
-            if path in self.base:
-                found[path] = None
+                prefix, whole = place
+                if key is TRACE_WHOLE and not whole:
+                    size = len(prefix)
+                    found.update(dict.fromkeys(p for p in self.base if p[:size] == prefix))
+                    continue
+                path = prefix if whole else (*prefix, key)
+                if not whole and path not in self.base:
+                    path = (*prefix, node_key(container, key))  # an Enum key read by its name
+                if path in self.base:
+                    found[path] = None
         return tuple(found)
 
     def wrote(self, reads: list[tuple[Any, Any]]) -> bool:
@@ -164,6 +165,24 @@ class Tree:
                 return True
             parent = node_parent(parent)
         return False
+
+
+def _origins(node: Any, copies: dict[int, list[Any]]) -> list[Any]:
+    """What a read of ``node`` reads: ``node`` itself, or, for a copy, every node it was
+    copied from that is no copy itself (copies of copies followed, loops cut)."""
+    if id(node) not in copies:
+        return [node]
+    found, seen, todo = [], {id(node)}, list(copies[id(node)])
+    while todo:
+        source = todo.pop()
+        if id(source) in seen:
+            continue
+        seen.add(id(source))
+        if id(source) in copies:
+            todo.extend(copies[id(source)])
+        else:
+            found.append(source)
+    return found
 
 
 def _signature(node: Any) -> Any:

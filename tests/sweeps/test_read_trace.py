@@ -147,6 +147,44 @@ def test_a_point_that_changes_the_shape_is_checked_for_real() -> None:
 
 
 @dataclass
+class _Pair:
+    x: int = 1
+    y: int = 2
+
+
+@dataclass
+class _Pairs:
+    p: _Pair = field(default_factory=_Pair)
+    q: _Pair = field(default_factory=lambda: _Pair(x=10, y=20))
+
+
+def _merged_into_copy(c: DictConfig) -> list[Any]:
+    mine = copy.deepcopy(c)
+    mine.p = OmegaConf.merge(mine.p, {"y": 0})  # a typed section is filled in place
+    return [mine.p.x]
+
+
+def _assigned_into_copy(c: DictConfig) -> list[Any]:
+    mine = copy.deepcopy(c)
+    before = mine.p.x
+    mine.p = c.q  # read before from p, after from q
+    return [before, mine.p.x]
+
+
+@pytest.mark.parametrize("check", [_merged_into_copy, _assigned_into_copy])
+def test_a_section_assigned_into_a_copy_reads_every_source(check: Any) -> None:
+    cfg = OmegaConf.structured(_Pairs)
+    memo = Memo(Tree(cfg))
+    counted = _Counted(check)
+    for px, qx in ((1, 10), (3, 10), (3, 30), (1, 10)):
+        cfg.p.x, cfg.q.x = px, qx
+        memo.begin()
+        assert memo.call("check", lambda: counted(cfg)) == check(cfg)
+        memo.end()
+    assert counted.runs <= 3  # the first point again: remembered
+
+
+@dataclass
 class _Inner:
     b: int = 1
 
