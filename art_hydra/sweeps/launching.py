@@ -262,6 +262,7 @@ class CheckedLaunches:
                 except Exception as exc:
                     if type(exc).__name__ not in ("TerminatedWorkerError", "BrokenProcessPool"):
                         raise
+                    _wait_for_the_pool_to_end(exc)
                     pending += self._after_a_killed_worker(start, batch, returns)
                     continue
                 for offset, result in enumerate(results):
@@ -303,6 +304,22 @@ class CheckedLaunches:
             f"never started, launching them again: {numbers([n for n, _ in again]) or 'none'}.\n"
         )
         return again
+
+
+def _wait_for_the_pool_to_end(exc: BaseException) -> None:
+    """After one loky worker died, its pool's other workers are ended asynchronously: one
+    may still start a job (make its folder) after the launcher reads which jobs started,
+    and that job would be neither named as killed nor launched again. Wait until every
+    worker of the pool has ended before reading (joblib's loky; another pool's workers
+    were ended by the pool itself)."""
+    if type(exc).__name__ != "TerminatedWorkerError":
+        return
+    try:
+        from joblib.externals.loky import get_reusable_executor
+
+        get_reusable_executor().shutdown(wait=True, kill_workers=True)
+    except Exception:  # nothing left to end
+        pass
 
 
 def _consecutive(points: list[tuple[int, list[str]]]) -> list[tuple[int, list[list[str]]]]:
