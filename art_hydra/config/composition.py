@@ -227,11 +227,13 @@ def _check_composed(
     if not validate:  # a sweep's master: its hydra values alone
         result.problems += _master_hydra_problems(cfg, overrides)
         return
-    # Who set what, for the checks of settings the run never reads (config/inert.py).
-    origins = inert.origins_of(
-        result.hand, chosen.choices, chosen.loaded, _primary(loader, config_name)
+    _check_job(
+        result,
+        cfg,
+        overrides,
+        job_num,
+        origins_of_composed(loader, config_name, chosen, result.hand),
     )
-    _check_job(result, cfg, overrides, job_num, origins)
 
 
 #: An interpolation that reads Hydra's own node (``${hydra:runtime.output_dir}``,
@@ -359,6 +361,16 @@ def _group_content(loader: ConfigLoader, cfg: DictConfig) -> Any:
         dict(OmegaConf.select(cfg, "hydra.runtime.choices", default=None) or {}),
         hydra_compat.files_of(cfg),
     )
+
+
+def origins_of_composed(
+    loader: ConfigLoader, config_name: str | None, chosen: _GroupFiles, hand: Hand | None
+) -> inert.Origins:
+    """Who set what in a config composed from ``config_name`` with the group files
+    ``chosen`` (:func:`_group_content`), for the checks of settings the run never reads
+    (:mod:`art_hydra.config.inert`). One function, so that a sweep's fast way judges a
+    point as its full composition does (:mod:`art_hydra.sweeps.preflight`)."""
+    return inert.origins_of(hand, chosen.choices, chosen.loaded, _primary(loader, config_name))
 
 
 def _primary(loader: ConfigLoader, config_name: str | None) -> Any:

@@ -40,6 +40,7 @@ from art_hydra.config.composition import (
     Composition,
     _group_content,
     compose_and_check,
+    origins_of_composed,
     settle,
 )
 from art_hydra.config.fields import info_of
@@ -311,14 +312,13 @@ class PointChecker:
             typed, problems = fit(copy.deepcopy(composed), in_place=True)
         with hydra_compat.read_write_open(typed):
             typed.pop(HYDRA_KEY, None)
-        # As the full way traces a sweep point: its own command line, the group files.
-        origins = inert.origins_of(self.hand, chosen.choices, chosen.loaded)
+        # As the full way (:meth:`full`) traces a sweep point: composed from no config name.
+        origins = origins_of_composed(self.loader, None, chosen, self.hand)
         with inert.tracing(origins):
             if problems or settle(typed, hand=self.hand):
                 return None  # values reset to defaults: only the full way reports it right
         reads = _reads_run_config(composed.hydra)
-        base = _Base(composed, typed, interpolated, chosen, hydra_reads_run=reads)
-        base.origins = origins
+        base = _Base(composed, typed, interpolated, chosen, hydra_reads_run=reads, origins=origins)
         raws = {k: str(hydra_compat.raw_value(*_parent(composed, k))) for k in interpolated}
         base.plain_refs = all(_job_independent(raw) for raw in raws.values())
         if base.plain_refs:
