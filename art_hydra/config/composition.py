@@ -147,7 +147,10 @@ def compose_and_check(
     if cfg is not None and keep_composed:
         result.composed = copy.deepcopy(cfg)  # the checks below resolve cfg in place
     if cfg is not None:
-        _check_composed(result, loader, config_name, cfg, overrides, job_num, validate)
+        # A sweep point's primary config is the master's (the user's own, under
+        # --config-dir/--config-name): what it sets is theirs at every point.
+        primary = config_name if master is None else master.hydra.job.config_name
+        _check_composed(result, loader, primary, cfg, overrides, job_num, validate)
     return result
 
 

@@ -312,8 +312,9 @@ class PointChecker:
             typed, problems = fit(copy.deepcopy(composed), in_place=True)
         with hydra_compat.read_write_open(typed):
             typed.pop(HYDRA_KEY, None)
-        # As the full way (:meth:`full`) traces a sweep point: composed from no config name.
-        origins = origins_of_composed(self.loader, None, chosen, self.hand)
+        # As the full way (:meth:`full`) traces a sweep point: the master's primary config.
+        primary = self.master.hydra.job.config_name
+        origins = origins_of_composed(self.loader, primary, chosen, self.hand)
         with inert.tracing(origins):
             if problems or settle(typed, hand=self.hand):
                 return None  # values reset to defaults: only the full way reports it right

@@ -15,7 +15,8 @@ import random
 import pytest
 from hydra.types import RunMode
 
-from art_hydra.config.composition import make_loader
+from art_hydra.config.composition import compose_and_check, make_loader
+from art_hydra.config.problems import Severity
 from art_hydra.sweeps.points import sweep_hand
 from art_hydra.sweeps.preflight import PointChecker
 
@@ -274,3 +275,27 @@ def test_a_section_set_to_null_at_some_points_gets_the_full_verdict_at_all(tmp_p
         assert _fields(fast.problems(point, number)) == _fields(expected), point
         verdicts.add(tuple(_fields(expected)))
     assert len(verdicts) > 1
+
+
+def test_a_value_the_users_primary_config_sets_is_theirs_at_every_sweep_point(tmp_path) -> None:
+    """A key the user's own primary config (``--config-dir``/``--config-name``) sets, and
+    the run never reads, is their setting at a sweep point as in a single run: the same
+    warning, both ways."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "exp.yaml").write_text("defaults:\n  - config\n  - _self_\nmodel:\n  lora:\n    r: 8\n")
+    loader = make_loader(str(mine))
+    single = compose_and_check(loader, "exp", [], RunMode.RUN).problems
+    inert = [p for p in single if p.key == "model.lora.r"]
+    assert [p.severity for p in inert] == [Severity.warning], single
+    master = loader.load_configuration(
+        "exp", [f"hydra.sweep.dir={tmp_path / 'sweep'}"], run_mode=RunMode.MULTIRUN
+    )
+    hand = sweep_hand(master)
+    for checker in (
+        PointChecker(loader, master, hand),
+        PointChecker(loader, master, hand, fast_way=False),
+    ):
+        for number, point in enumerate([["seed=1"], ["seed=2", "trainer.learning_rate=3e-4"]]):
+            found = [p for p in checker.problems(point, number) if p.key == "model.lora.r"]
+            assert _fields(found) == _fields(inert), (checker.fast, point)
