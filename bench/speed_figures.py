@@ -5,8 +5,10 @@
    step; the sides alternate in fresh processes). Goal: at least 2.5x.
 2. Refusing a config that cannot work against a bare ``import hydra, omegaconf``
    (``bench/cli_rejection.py``'s cases, interleaved, bytecode cached as an install has
-   it). Goal: at most 2.0x. Beside it, for reference, Hydra alone composing the same
-   config through its own ``compose`` API: the floor of any Hydra app on this config tree.
+   it). Goal: at most 2.0x. Beside it, for reference: a plain Hydra app composing a
+   one-line config (what composing anything costs), art_hydra's config layer imported,
+   and that plus Hydra composing the same config through its own ``compose`` API (no
+   check, no report): the refusal's parts.
 3. The sweep pre-flight per point at 1,000 points, for the values grid and the seed-only
    grid (``bench/sweep_preflight.py``, a fresh process each), against the 5 ms goal.
    Beside it, for reference, the default task's generator drawing one seed's examples:
@@ -53,10 +55,11 @@ def steps_against_trl(pairs: int, steps: int) -> tuple[float, float]:
     return statistics.median(sides["art"]), statistics.median(sides["trl"])
 
 
-def rejection_against_import(repeats: int) -> tuple[float, float, float]:
-    """Median CPU seconds (user + system) of the validator's refusal, the bare import and
-    Hydra alone composing the same config (no check: the floor of any Hydra app on this
-    config tree), interleaved: CPU time is what a loaded machine inflates least."""
+def rejection_against_import(repeats: int) -> dict[str, float]:
+    """Median CPU seconds (user + system), interleaved, of the bare import, the
+    validator's refusal and its references: a plain Hydra app composing a one-line config,
+    art_hydra's config layer imported, and that plus Hydra composing the same config (no
+    check, no report). CPU time is what a loaded machine inflates least."""
     env = cli_rejection._environments(None)[""]
     cwd = tempfile.mkdtemp(prefix="art_hydra_bench_")
     cases = {
@@ -64,7 +67,9 @@ def rejection_against_import(repeats: int) -> tuple[float, float, float]:
         for name, key in (
             ("bare", "import hydra, omegaconf"),
             ("refusal", "art-hydra reject (validator)"),
-            ("hydra", "Hydra alone: compose, no checks"),
+            ("plain", "a plain Hydra app: compose a 1-line config"),
+            ("layer", "import art_hydra.conf"),
+            ("composed", "Hydra alone: compose, no checks"),
         )
     }
     for cmd in cases.values():  # warm the file and bytecode caches
@@ -73,8 +78,7 @@ def rejection_against_import(repeats: int) -> tuple[float, float, float]:
     for _ in range(repeats):
         for name, cmd in cases.items():
             times[name].append(cli_rejection.run_once(cmd, cwd, env)[1])
-    refusal, bare, hydra = (statistics.median(times[n]) for n in ("refusal", "bare", "hydra"))
-    return refusal, bare, hydra
+    return {name: statistics.median(found) for name, found in times.items()}
 
 
 def sweep_per_point(grid: str, points: int = 1000) -> float:
@@ -119,16 +123,25 @@ def main() -> None:
     rows = []
     art, trl = steps_against_trl(args.pairs, args.steps)
     rows.append(("RL steady steps/s, art_hydra / TRL", f"{art:.2f} / {trl:.2f}", art / trl, -2.5))
-    refusal, bare, hydra = rejection_against_import(args.repeats)
+    cpu = rejection_against_import(args.repeats)
+    bare = cpu["bare"]
     rows.append(
         (
             "refusal / import hydra, omegaconf (CPU s)",
-            f"{refusal:.3f} / {bare:.3f}",
-            refusal / bare,
+            f"{cpu['refusal']:.3f} / {bare:.3f}",
+            cpu["refusal"] / bare,
             2.0,
         )
     )
-    rows.append(("  Hydra alone composing it / import (CPU s)", f"{hydra:.3f}", hydra / bare, 0))
+    rows.append(
+        ("  a plain Hydra app, 1-line config", f"{cpu['plain']:.3f}", cpu["plain"] / bare, 0)
+    )
+    rows.append(
+        ("  art_hydra's config layer imported", f"{cpu['layer']:.3f}", cpu["layer"] / bare, 0)
+    )
+    rows.append(
+        ("  that + Hydra's compose, no check", f"{cpu['composed']:.3f}", cpu["composed"] / bare, 0)
+    )
     for grid in ("values", "seeds"):
         ms = sweep_per_point(grid)
         rows.append((f"sweep pre-flight, {grid} grid (ms/point)", f"{ms:.2f}", ms / 5.0, 1.0))
@@ -141,13 +154,13 @@ def main() -> None:
     print(f"\n{'figure':48} {'measured':>20} {'ratio':>8} {'goal':>9}")
     for name, measured, ratio, goal in rows:  # a negative goal: at least; 0: for reference
         if not goal:
-            print(f"{name:48} {measured:>20} {ratio:>7.2f}x {'(floor)':>9}")
+            print(f"{name:48} {measured:>20} {ratio:>7.2f}x {'(ref)':>9}")
             continue
         met = ratio >= -goal if goal < 0 else ratio <= goal
         bound = f"{'>=' if goal < 0 else '<='}{abs(goal):.1f}x"
         print(f"{name:48} {measured:>20} {ratio:>7.2f}x {bound:>9} {'met' if met else 'MISSED'}")
     print("ratios: steps/s to TRL's; refusal to the bare import; per point to 5 ms; suite to goal")
-    print("(floor): what the figure above it cannot go below while it checks what it checks")
+    print("(ref): a reference for the figure above it, not a goal")
 
 
 if __name__ == "__main__":

@@ -292,10 +292,11 @@ def test_a_value_the_users_primary_config_sets_is_theirs_at_every_sweep_point(tm
         "exp", [f"hydra.sweep.dir={tmp_path / 'sweep'}"], run_mode=RunMode.MULTIRUN
     )
     hand = sweep_hand(master)
-    for checker in (
-        PointChecker(loader, master, hand),
-        PointChecker(loader, master, hand, fast_way=False),
-    ):
-        for number, point in enumerate([["seed=1"], ["seed=2", "trainer.learning_rate=3e-4"]]):
+    # A group change gives the fast way a base of its own, with the same primary config.
+    points = [["seed=1"], ["seed=2", "trainer.learning_rate=3e-4"], ["task=digit_sum"]]
+    fast = PointChecker(loader, master, hand)
+    for checker in (fast, PointChecker(loader, master, hand, fast_way=False)):
+        for number, point in enumerate(points):
             found = [p for p in checker.problems(point, number) if p.key == "model.lora.r"]
             assert _fields(found) == _fields(inert), (checker.fast, point)
+    assert fast.fast == len(points)  # each point went the fast way, none fell back
