@@ -133,15 +133,12 @@ def main() -> None:
             2.0,
         )
     )
-    rows.append(
-        ("  a plain Hydra app, 1-line config", f"{cpu['plain']:.3f}", cpu["plain"] / bare, 0)
-    )
-    rows.append(
-        ("  art_hydra's config layer imported", f"{cpu['layer']:.3f}", cpu["layer"] / bare, 0)
-    )
-    rows.append(
-        ("  that + Hydra's compose, no check", f"{cpu['composed']:.3f}", cpu["composed"] / bare, 0)
-    )
+    for label, key in (
+        ("a plain Hydra app, 1-line config", "plain"),
+        ("art_hydra's config layer imported", "layer"),
+        ("that + Hydra's compose, no check", "composed"),
+    ):
+        rows.append((f"  {label}", f"{cpu[key]:.3f}", cpu[key] / bare, 0))
     for grid in ("values", "seeds"):
         ms = sweep_per_point(grid)
         rows.append((f"sweep pre-flight, {grid} grid (ms/point)", f"{ms:.2f}", ms / 5.0, 1.0))

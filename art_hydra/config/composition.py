@@ -137,6 +137,10 @@ def compose_and_check(
     ``keep_composed`` keeps a copy of the config as composed (:attr:`Composition.composed`).
     """
     overrides = list(overrides)
+    if master is not None:
+        # A sweep point is composed from the master's primary config (the user's own,
+        # under --config-dir/--config-name): what it sets is theirs at every point.
+        config_name = master.hydra.job.config_name
     if hand is None:
         hand = hand_of(overrides, lambda name: hydra_compat.is_group(loader, name))
     with hydra_compat.refused_reads() as refused:
@@ -147,10 +151,7 @@ def compose_and_check(
     if cfg is not None and keep_composed:
         result.composed = copy.deepcopy(cfg)  # the checks below resolve cfg in place
     if cfg is not None:
-        # A sweep point's primary config is the master's (the user's own, under
-        # --config-dir/--config-name): what it sets is theirs at every point.
-        primary = config_name if master is None else master.hydra.job.config_name
-        _check_composed(result, loader, primary, cfg, overrides, job_num, validate)
+        _check_composed(result, loader, config_name, cfg, overrides, job_num, validate)
     return result
 
 
@@ -171,8 +172,7 @@ def _compose(
             hydra_compat.as_single_run(cfg)
         return cfg, []
     except Exception:  # any failure, even an OmegaConf bug, gets the full diagnosis
-        if master is not None:
-            config_name = master.hydra.job.config_name
+        if master is not None:  # config_name is the master's (compose_and_check)
             overrides = [*master.hydra.overrides.hydra, *overrides]
             run_mode = RunMode.RUN
         cfg, problems = _diagnose(loader, config_name, overrides, run_mode)
